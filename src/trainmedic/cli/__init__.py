@@ -1,0 +1,1 @@
+"""The ``trainmedic`` command: thin argument parsing over the library, the only layer that exits."""

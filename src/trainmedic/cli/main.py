@@ -1,0 +1,100 @@
+"""``trainmedic``: the command line. Parses arguments, calls the library, renders, exits."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from trainmedic._version import __version__
+from trainmedic.cli import demo as demo_command
+from trainmedic.cli.run import RunOptions, run_target
+
+app = typer.Typer(
+    name="trainmedic",
+    help="Make GPU training fast and keep it from crashing.",
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+@app.command(context_settings=_PASSTHROUGH)
+def run(
+    target: list[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The training script and its own arguments."),
+    module: Optional[str] = typer.Option(None, "--module", "-m", metavar="MODULE", help="Run a module, like python -m."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Stop after N steady-state steps: diagnosis only."),
+    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.report/1)."),
+    html_path: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report."),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Steps excluded from steady state at the start."),
+    interval_ms: float = typer.Option(10.0, "--interval-ms", min=1.0, help="Stack sampling interval."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the report (files are still written)."),
+) -> None:
+    """Run a training script unmodified and report why it is slow, at which line, and what the fix buys.
+
+    Use it exactly like python: `trainmedic run train.py --epochs 3` or `trainmedic run -m pkg.train`.
+    trainmedic's own options go before the script.
+    """
+    args = list(target or [])
+    if module is None and not args:
+        _fail("give a script to run (trainmedic run train.py ...) or a module (trainmedic run -m pkg.train ...)")
+    name = module if module is not None else args.pop(0)
+    options = RunOptions(name, args, module is not None, steps, json_path, html_path, warmup, interval_ms / 1000, quiet)
+    raise typer.Exit(run_target(options, _stderr()))
+
+
+@app.command()
+def demo(
+    steps: int = typer.Option(60, "--steps", min=8, help="Steady-state steps per loop."),
+    html_path: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Also write the HTML report."),
+    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Also write the JSON report."),
+) -> None:
+    """Diagnose an embedded, deliberately starved training loop (no data or GPU needed)."""
+    raise typer.Exit(demo_command.run_demo(steps, json_path, html_path, _stderr()))
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _fail(message: str) -> None:
+    _stderr().print(f"trainmedic: error: {message}", style="red", markup=False)
+    raise typer.Exit(2)
+
+
+def main() -> None:
+    app(args=_split_module_flag(sys.argv[1:]), prog_name="trainmedic")
+
+
+def _split_module_flag(argv: list[str]) -> list[str]:
+    """After `run -m MODULE`, everything is the module's: mark that with `--` for the parser."""
+    if not argv or argv[0] != "run":
+        return argv
+    out = [argv[0]]
+    rest = argv[1:]
+    takes_value = {"--steps", "--json", "--html", "--warmup", "--interval-ms"}
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        if arg in ("-m", "--module") and i + 1 < len(rest):
+            return out + [arg, rest[i + 1], "--", *rest[i + 2:]]
+        if arg in takes_value:
+            out += rest[i:i + 2]
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            break  # the script: the rest is its own
+        out.append(arg)
+        i += 1
+    return out + rest[i:]

@@ -1,0 +1,196 @@
+"""Build a Report from what a watch session measured."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from trainmedic._version import __version__
+from trainmedic.categories import CATEGORIES, COMPUTE, DATA, GPU_ONLY
+from trainmedic.diagnose import amdahl, resolve, steps
+from trainmedic.diagnose.rules import RULES, Context
+from trainmedic.probe.recorder import SLOTS, Aggregate
+from trainmedic.probe.runner import RunOutcome
+from trainmedic.probe.session import Measurements
+from trainmedic.report.model import Finding, LineCost, Report, StepStats, TimelinePoint
+
+#: Findings below this share of the step are noise, not advice (TF Profiler's "moderately
+#: input-bound" starts at 5 %).
+MIN_SHARE = 0.05
+MAX_LINES = 12
+
+
+def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
+    aggregate, scope, n_steps = _scope(m)
+    anchored = resolve.anchors_seen(aggregate)
+    loops = resolve.tiny_loops(aggregate, n_steps, m.ops_by_function, m.census_steps)
+    costs = resolve.resolve(aggregate, anchored, loops, m.ops_by_function)
+    total = sum(c.seconds for c in costs)
+
+    breakdown = dict.fromkeys(CATEGORIES, 0.0)
+    for cost in costs:
+        breakdown[cost.category] += cost.seconds
+    breakdown = {c: (s / total if total else 0.0) for c, s in breakdown.items()}
+    if not total:
+        breakdown[COMPUTE] = 1.0  # nothing sampled: no evidence of any waste
+    bottleneck = max(CATEGORIES, key=lambda c: breakdown[c])
+
+    durations = [d for _, d in m.durations]
+    step_growth = steps.growth(durations)
+    stats = StepStats(
+        count=m.steady_steps,
+        median_s=statistics.median(durations) if durations else 0.0,
+        p90_s=steps.percentile(durations, 0.9),
+        growth=round(step_growth, 4),
+        warmup=m.warmup,
+        source=m.step_source,
+    )
+    mapping = resolve.slot_mapping(aggregate, costs)
+    timeline = _timeline(m, mapping, breakdown)
+    growing = _growing_category(timeline) if step_growth >= steps.GROWTH_FLAG else None
+    findings = _findings(costs, total, n_steps, stats, m, loops, growing)
+
+    return Report(
+        command=command,
+        exit_code=run.exit_code,
+        outcome=run.outcome,
+        message=run.message,
+        device=m.device,
+        steps=stats,
+        breakdown=breakdown,
+        bottleneck=bottleneck,
+        findings=findings,
+        wall_s=round(m.wall_s, 4),
+        setup_s=round(m.setup_s, 4),
+        timeline=timeline,
+        lines=_lines(costs, total, n_steps),
+        notes=_notes(m, scope, anchored, loops),
+        version=__version__,
+    )
+
+
+def _scope(m: Measurements) -> tuple[Aggregate, str, int]:
+    """Steady state when there is one; else the warm-up steps; else everything before any step."""
+    if m.steady.seconds > 0:
+        return m.steady, "steady", max(m.steady_steps, 1)
+    if m.warm.seconds > 0:
+        return m.warm, "warmup", max(len(m.warmup_durations), 1)
+    return m.setup, "setup", 1
+
+
+def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
+    groups: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for cost in costs:
+        # The model's own time is one finding, whichever of forward/backward/step it was in.
+        kind = "model" if cost.category == COMPUTE else cost.kind
+        groups[(cost.category, kind)][cost.where] += cost.seconds
+    findings = []
+    for (category, kind), by_where in groups.items():
+        seconds = sum(by_where.values())
+        share = seconds / total if total else 0.0
+        if share < MIN_SHARE:
+            continue
+        where = max((w for w in by_where if w is not None), key=lambda w: by_where[w], default=None)
+        if (category, kind) == growing:
+            kind = "pool" if category == DATA else kind
+        ops = max((loop.ops_per_step for loop in loops.values()), default=0.0)
+        ctx = Context(where, seconds / n_steps, stats.median_s, m.device.kind, ops, stats.growth)
+        advice = RULES[category](kind, ctx)
+        evidence = _evidence(category, kind, share, seconds / n_steps, stats, by_where, where, loops, ops)
+        findings.append(Finding(
+            category=category,
+            share=round(share, 4),
+            title=advice.title,
+            evidence=evidence,
+            where=where,
+            fix=advice.fix,
+            expected_speedup=round(amdahl.expected_speedup(share, advice.factor), 2),
+            ceiling=round(amdahl.ceiling(share), 2),
+            kind=kind,
+        ))
+    findings.sort(key=lambda f: f.share, reverse=True)
+    return findings
+
+
+def _evidence(category, kind, share, per_step, stats, by_where, where, loops, ops) -> str:
+    parts = [f"{share:.1%} of steady-state step time ({_seconds(per_step)} of a {_seconds(stats.median_s)} median step)"]
+    if kind:
+        parts.append(f"kind: {kind}")
+    if where is not None and by_where.get(where) and len(by_where) > 1:
+        parts.append(f"{by_where[where] / sum(by_where.values()):.0%} of it at {where}")
+    if loops and category == "tiny_ops":
+        slowest = max(loops.values(), key=lambda loop: loop.ops_per_step)
+        parts.append(f"{ops:,.0f} torch calls per step at {slowest.seconds_per_op * 1e6:.1f} µs each")
+    if kind == "pool" or stats.growth >= steps.GROWTH_FLAG:
+        parts.append(f"step time grew {stats.growth:.2f}x from the first to the last quarter of the run")
+    return "; ".join(parts)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.1f} ms"
+
+
+def _timeline(m: Measurements, mapping, breakdown) -> list[TimelinePoint]:
+    vectors = dict(m.per_step)
+    points = []
+    for index, duration in m.durations:
+        shares = dict.fromkeys(CATEGORIES, 0.0)
+        slots = vectors.get(index)
+        sampled = sum(slots) if slots else 0.0
+        if sampled > 0:
+            for slot, weight in zip(SLOTS, slots):
+                for category, fraction in mapping.get(slot, {}).items():
+                    shares[category] += weight * fraction / sampled
+        else:
+            shares.update(breakdown)  # a step shorter than the sampling interval
+        points.append(TimelinePoint(index, round(duration, 6), {c: round(s * duration, 6) for c, s in shares.items()}))
+    return points
+
+
+def _growing_category(timeline: list[TimelinePoint]) -> tuple[str, str] | None:
+    best, best_delta = None, 0.0
+    for category in CATEGORIES:
+        first, last = steps.quarters([p.categories[category] for p in timeline])
+        if last - first > best_delta:
+            best, best_delta = category, last - first
+    return (best, resolve.BATCH_PREPARATION) if best == DATA else ((best, "") if best else None)
+
+
+def _lines(costs, total, n_steps) -> list[LineCost]:
+    merged: dict[tuple[str, str, str], float] = defaultdict(float)
+    for cost in costs:
+        if cost.where is not None:
+            merged[(cost.where, cost.category, cost.kind)] += cost.seconds
+    top = sorted(merged.items(), key=lambda item: item[1], reverse=True)[:MAX_LINES]
+    return [LineCost(w, c, k, round(s / n_steps, 6), round(s / total, 4) if total else 0.0) for (w, c, k), s in top]
+
+
+def _notes(m: Measurements, scope: str, anchored: bool, loops) -> list[str]:
+    notes = []
+    if m.step_source is None:
+        notes.append(
+            "No training steps were detected (no optimizer.step(), no DataLoader iteration, no marker). "
+            "Mark each step with `import trainmedic` and `trainmedic.step()` at the end of the loop body; "
+            "the breakdown below covers the whole run."
+        )
+    elif scope == "warmup":
+        notes.append(f"Only {len(m.warmup_durations)} step(s) ran, all within warm-up: the breakdown covers warm-up steps.")
+    else:
+        notes.append(f"Steps marked by {m.step_source}; first {m.warmup} warm-up step(s) excluded.")
+    if m.setup_s > 0:
+        notes.append(f"Set-up before the first step took {m.setup_s:.2f} s (not in the breakdown).")
+    if m.device.kind == "cpu":
+        notes.append(f"CUDA {m.device.details.get('cuda', 'not available')}.")
+    if m.samples:
+        notes.append(
+            f"Stack sampler: {m.samples} samples at {m.sampler_interval_s * 1e3:.0f} ms, "
+            f"its own time {m.sampler_busy_s / max(m.wall_s, 1e-9):.2%} of the run."
+        )
+    if m.census_steps:
+        ops = sum(m.ops_by_function.values()) / m.census_steps
+        notes.append(f"Op census over {m.census_steps} warm-up step(s): {ops:,.0f} torch calls per step.")
+    if m.steady_steps and not anchored:
+        notes.append("No forward, backward or optimizer step was seen inside steps: plain user code was classified by its torch op count.")
+    if m.device.kind != "cuda":
+        notes.append("GPU-only categories (" + ", ".join(sorted(GPU_ONLY)) + ") are zero on a CPU run.")
+    return notes

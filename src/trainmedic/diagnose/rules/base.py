@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a rule may use to word its advice."""
+
+    where: str | None
+    seconds_per_step: float
+    step_median_s: float
+    device: str  # "cpu" or "cuda"
+    ops_per_step: float = 0.0
+    growth: float = 1.0
+
+
+@dataclass(frozen=True)
+class Advice:
+    title: str
+    fix: str
+    #: How many times faster the fix makes this cost (not the whole step).
+    factor: float
+
+
+def at(ctx: Context) -> str:
+    return f" at {ctx.where}" if ctx.where else ""

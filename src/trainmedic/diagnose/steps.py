@@ -1,0 +1,37 @@
+"""Step-time statistics: median, p90 and growth over the run."""
+
+from __future__ import annotations
+
+import statistics
+
+#: Growth at or above this flags a step that keeps getting slower (seed 004's growing pool).
+GROWTH_FLAG = 1.3
+_MIN_STEPS_FOR_GROWTH = 8
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def growth(durations: list[float]) -> float:
+    """Median of the last quarter of steps over the median of the first quarter (1.0 if too few)."""
+    if len(durations) < _MIN_STEPS_FOR_GROWTH:
+        return 1.0
+    quarter = len(durations) // 4
+    first = statistics.median(durations[:quarter])
+    last = statistics.median(durations[-quarter:])
+    return last / first if first > 0 else 1.0
+
+
+def quarters(values: list[float]) -> tuple[float, float]:
+    """Mean of the first and last quarter of a per-step series."""
+    if len(values) < _MIN_STEPS_FOR_GROWTH:
+        return (0.0, 0.0)
+    quarter = len(values) // 4
+    return (sum(values[:quarter]) / quarter, sum(values[-quarter:]) / quarter)

@@ -1,0 +1,74 @@
+"""Op census: how many tensor operations each user function issues per step.
+
+Tiny-op loops (seed 001: 70,000 tiny launches for one batch) look like ordinary user code to a
+stack sampler; what gives them away is the count. For a few warm-up steps a
+``TorchFunctionMode`` counts every torch call and charges it to the innermost user frame.
+It runs only during warm-up, so steady-state timings never carry its cost.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from typing import Any
+
+from trainmedic.probe.frames import FrameClassifier
+from trainmedic.probe.recorder import function_key
+
+
+class OpCensus:
+    def __init__(self, classifier: FrameClassifier, start_step: int, steps: int) -> None:
+        self.classifier = classifier
+        self.start_step = start_step
+        self.end_step = start_step + steps
+        self.steps_counted = 0
+        self.total_ops = 0
+        self.by_function: Counter[str] = Counter()
+        self.by_line: Counter[str] = Counter()
+        self._mode: Any = None
+        self._last_index = start_step
+
+    def on_step(self, index: int) -> None:
+        """Called at every step boundary with the index of the step that starts now."""
+        self._last_index = index
+        if index == self.start_step and self._mode is None and not self.steps_counted:
+            self._start()
+        elif index >= self.end_step and self._mode is not None:
+            self.stop()
+
+    def _start(self) -> None:
+        from torch.overrides import TorchFunctionMode
+
+        census = self
+
+        class _Counting(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                census._count(sys._getframe(1))
+                return func(*args, **(kwargs or {}))
+
+        self._mode = _Counting()
+        self._mode.__enter__()
+
+    def _count(self, frame: Any) -> None:
+        self.total_ops += 1
+        code_info = self.classifier._code_info
+        while frame is not None:
+            if code_info(frame)[0]:
+                code = frame.f_code
+                self.by_function[function_key(code)] += 1
+                self.by_line[self.classifier.where(code.co_filename, frame.f_lineno or 0)] += 1
+                return
+            frame = frame.f_back
+
+    def stop(self) -> None:
+        if self._mode is None:
+            return
+        mode, self._mode = self._mode, None
+        self.steps_counted = max(1, self._last_index - self.start_step)
+        try:
+            mode.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - the user's code may have left another mode on top
+            pass
+
+    def ops_per_step(self, key: str) -> float:
+        return self.by_function.get(key, 0) / self.steps_counted if self.steps_counted else 0.0

@@ -1,0 +1,95 @@
+"""Step boundaries: where one training step ends and the next begins.
+
+Boundaries come from several sources; the most explicit one wins. A user's ``trainmedic.step()``
+marker beats ``optimizer.step()``, which beats a data loader's ``next``. When a better source
+shows up mid-run (the first optimizer step after the loader's first ``next``), counting starts
+over from there, so a step always means the same thing throughout a report.
+
+Everything here runs on the training thread, once per step: it must stay a few microseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from trainmedic.probe.decimate import Decimator
+
+MARKER = "marker"
+OPTIMIZER = "optimizer"
+LOADER = "loader"
+_PRIORITY = {LOADER: 1, OPTIMIZER: 2, MARKER: 3}
+
+
+class StepLimitReached(BaseException):
+    """Raised on the training thread after ``--steps N`` steady-state steps.
+
+    A ``BaseException`` so that the user's ``except Exception`` cannot swallow it.
+    """
+
+
+class StepClock:
+    def __init__(self, warmup: int = 3, max_steps: int | None = None, capacity: int = 2048) -> None:
+        if warmup < 0:
+            raise ValueError(f"warmup={warmup!r}; expected 0 or more steps")
+        self.warmup = warmup
+        self.max_steps = max_steps
+        self.source: str | None = None
+        #: Completed steps since the current source took over; samples taken now belong to step ``index``.
+        #: -1 until the first boundary: time before it is set-up.
+        self.index = -1
+        #: True once the step's forward, backward or optimizer step has begun; user code seen
+        #: before that is preparing the batch.
+        self.anchored = False
+        self.restarts = 0
+        self.first_boundary_t: float | None = None
+        self.last_boundary_t: float | None = None
+        self.steady_seconds = 0.0
+        self.durations: Decimator[float] = Decimator(capacity)
+        self.warmup_durations: list[float] = []
+        #: Called on each boundary with the new step index (the op census uses it).
+        self.listeners: list[Callable[[int], None]] = []
+
+    @property
+    def steady_from(self) -> int:
+        return self.warmup
+
+    @property
+    def completed(self) -> int:
+        return max(self.index, 0)
+
+    def boundary(self, source: str, now: float | None = None) -> None:
+        current = _PRIORITY.get(self.source or "", 0)
+        priority = _PRIORITY[source]
+        if priority < current:
+            return
+        t = time.perf_counter() if now is None else now
+        if priority > current:
+            self._restart(source, t)
+        else:
+            duration = t - self.last_boundary_t if self.last_boundary_t is not None else 0.0
+            if self.index >= self.steady_from:
+                self.durations.add(self.index, duration)
+                self.steady_seconds += duration
+            else:
+                self.warmup_durations.append(duration)
+            self.index += 1
+            self.last_boundary_t = t
+        self.anchored = False
+        for listener in self.listeners:
+            listener(self.index)
+        if self.max_steps is not None and self.index - self.steady_from >= self.max_steps:
+            raise StepLimitReached(self.max_steps)
+
+    def anchor(self) -> None:
+        self.anchored = True
+
+    def _restart(self, source: str, t: float) -> None:
+        if self.source is not None:
+            self.restarts += 1
+        self.source = source
+        self.index = 0
+        self.first_boundary_t = self.last_boundary_t = t
+        self.durations.clear()
+        self.warmup_durations.clear()
+        self.steady_seconds = 0.0

@@ -1,0 +1,220 @@
+"""Classify a Python stack into a category, a finer kind, and the user's line.
+
+The stack sampler calls :func:`classify_stack` ~100 times a second on the main thread's frame, so
+everything here is cached per code object: a frame costs one dict lookup after its first sight.
+
+A frame is *user code* when its file lies outside the interpreter's library folders,
+site-packages and trainmedic itself. Library frames are recognised by module name (more robust
+than paths across venvs): the innermost decisive library on the stack says what the user's line
+is waiting on — an h5py read, a database round trip, a collate, a forward pass, a logging call.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sys
+import sysconfig
+from dataclasses import dataclass
+from types import CodeType, FrameType
+
+from trainmedic.categories import COMPUTE, DATA, HOST_OTHER, SYNC, TRANSFER
+
+# (module-name prefix, category, kind). Longest prefix wins, so `torch.utils.data` beats `torch`.
+_LIBRARIES: tuple[tuple[str, str, str], ...] = (
+    ("h5py", DATA, "hdf5"),
+    ("tables", DATA, "hdf5"),
+    ("zarr", DATA, "zarr"),
+    ("numcodecs", DATA, "zarr"),
+    ("sqlite3", DATA, "database"),
+    ("sqlalchemy", DATA, "database"),
+    ("psycopg", DATA, "database"),
+    ("psycopg2", DATA, "database"),
+    ("pymysql", DATA, "database"),
+    ("pymongo", DATA, "database"),
+    ("PIL", DATA, "image decode"),
+    ("cv2", DATA, "image decode"),
+    ("pandas.io", DATA, "disk"),
+    ("pyarrow", DATA, "disk"),
+    ("numpy.lib._npyio_impl", DATA, "disk"),
+    ("numpy.lib.npyio", DATA, "disk"),
+    ("numpy.lib.format", DATA, "disk"),
+    ("torch.utils.data._utils.collate", DATA, "collate"),
+    ("torch.utils.data", DATA, "loader"),
+    ("trainmedic.data", DATA, "loader"),
+    ("torch.nn", COMPUTE, "forward"),
+    ("torch.autograd", COMPUTE, "backward"),
+    ("torch._tensor", COMPUTE, "backward"),
+    ("torch.optim", COMPUTE, "optimizer"),
+    ("torch.amp", COMPUTE, "optimizer"),
+    ("torch._dynamo", COMPUTE, "forward"),
+    ("torch.serialization", HOST_OTHER, "checkpoint"),
+    ("logging", HOST_OTHER, "logging"),
+    ("json", HOST_OTHER, "logging"),
+    ("csv", HOST_OTHER, "logging"),
+    ("pickle", HOST_OTHER, "serialisation"),
+    ("tqdm", HOST_OTHER, "progress bar"),
+    ("wandb", HOST_OTHER, "logging"),
+    ("mlflow", HOST_OTHER, "logging"),
+    ("torch.utils.tensorboard", HOST_OTHER, "logging"),
+    ("tensorboard", HOST_OTHER, "logging"),
+    ("tensorboardX", HOST_OTHER, "logging"),
+)
+
+# Functions whose module says one thing and whose purpose another: torch.load reads data.
+_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("torch.serialization", "load"): (DATA, "disk"),
+}
+
+# Data kinds more specific than the loader that calls them: a sample inside
+# DataLoader -> Dataset.__getitem__ -> h5py is an HDF5 wait, not a "loader" wait.
+_DATA_SPECIFICITY = {"loader": 0, "collate": 1}
+
+# C builtins and tensor methods leave no Python frame; the user's line text is the only witness.
+_DATABASE = re.compile(r"\.(execute|executemany|fetchall|fetchone|fetchmany)\s*\(|read_sql")
+_PRINT = re.compile(r"(^|[^\w.])print\s*\(")
+_SYNC = re.compile(r"\.(item|cpu|numpy|tolist)\s*\(|(^|[^\w.])float\s*\(|\.synchronize\s*\(")
+_TRANSFER = re.compile(r"\.(to|cuda)\s*\(|\.copy_\s*\(")
+_WRITE = re.compile(r"\.(write|flush)\s*\(")
+
+
+@dataclass(frozen=True)
+class Classified:
+    """What one sample of the main thread's stack says."""
+
+    #: A category, or ``None`` when only user code is on the stack (resolved later by position).
+    category: str | None
+    kind: str
+    #: The innermost user frame as ``path:line``, or ``None`` if no user frame is on the stack.
+    where: str | None
+    #: The code object of the innermost user frame (the function the time is spent in).
+    user_code: CodeType | None
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.update({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # trainmedic itself
+    return tuple(sorted({os.path.join(os.path.realpath(r), "") for r in roots}, key=len, reverse=True))
+
+
+class FrameClassifier:
+    """Caches, per code object, whether it is user code and which library family it belongs to."""
+
+    def __init__(self, cwd: str | None = None, cuda: bool = False) -> None:
+        self._roots = _library_roots()
+        self._cwd = os.path.join(os.path.realpath(cwd or os.getcwd()), "")
+        self._code_cache: dict[CodeType, tuple[bool, tuple[str, str] | None]] = {}
+        self._line_cache: dict[tuple[str, int], tuple[str, str] | None] = {}
+        self._where_cache: dict[tuple[str, int], str] = {}
+        self.cuda = cuda
+
+    def _code_info(self, frame: FrameType) -> tuple[bool, tuple[str, str] | None]:
+        code = frame.f_code
+        info = self._code_cache.get(code)
+        if info is None:
+            filename = code.co_filename
+            module = frame.f_globals.get("__name__") or ""
+            family = _FUNCTIONS.get((module, code.co_name)) or (_family(module) if isinstance(module, str) else None)
+            is_user = family is None and _is_user_file(filename, self._roots)
+            info = self._code_cache[code] = (is_user, family)
+        return info
+
+    def where(self, filename: str, lineno: int) -> str:
+        key = (filename, lineno)
+        text = self._where_cache.get(key)
+        if text is None:
+            text = self._where_cache[key] = f"{display_path(filename, self._cwd)}:{lineno}"
+        return text
+
+    def _line_family(self, filename: str, lineno: int) -> tuple[str, str] | None:
+        key = (filename, lineno)
+        if key in self._line_cache:
+            return self._line_cache[key]
+        text = linecache.getline(filename, lineno).split("#", 1)[0]
+        family: tuple[str, str] | None = None
+        if _DATABASE.search(text):
+            family = (DATA, "database")  # sqlite3's cursor methods are C: no frame of their own
+        elif _PRINT.search(text):
+            family = (HOST_OTHER, "print")
+        elif self.cuda and _SYNC.search(text):
+            family = (SYNC, "host read")
+        elif self.cuda and _TRANSFER.search(text):
+            family = (TRANSFER, "copy")
+        elif _WRITE.search(text):
+            family = (HOST_OTHER, "file write")
+        self._line_cache[key] = family
+        return family
+
+    def classify(self, frame: FrameType | None) -> Classified:
+        user_frame: FrameType | None = None
+        decisive: tuple[str, str] | None = None
+        data_kind: str | None = None
+        depth = 0
+        while frame is not None and depth < 256:
+            is_user, family = self._code_info(frame)
+            if is_user:
+                if user_frame is None:
+                    user_frame = frame
+            elif family is not None:
+                category, kind = family
+                if category == DATA:
+                    # Keep the most specific data kind seen anywhere on the stack.
+                    if data_kind is None or _DATA_SPECIFICITY.get(data_kind, 9) < _DATA_SPECIFICITY.get(kind, 9):
+                        data_kind = kind
+                elif decisive is None:
+                    decisive = family  # the innermost non-data library says what the wait is
+            frame = frame.f_back
+            depth += 1
+
+        where = None
+        user_code = None
+        if user_frame is not None:
+            user_code = user_frame.f_code
+            where = self.where(user_code.co_filename, user_frame.f_lineno or 0)
+        if user_code is not None and (data_kind == "loader" or (data_kind is None and decisive is None)):
+            # The user's line is inside a C call (no frame of its own): its text is the witness.
+            line = self._line_family(user_code.co_filename, user_frame.f_lineno or 0)
+            if data_kind is None:
+                decisive = line
+            elif line is not None and line[0] == DATA:
+                data_kind = line[1]  # a database query inside Dataset.__getitem__
+        if data_kind is not None:
+            return Classified(DATA, data_kind, where, user_code)
+        if decisive is not None:
+            return Classified(decisive[0], decisive[1], where, user_code)
+        return Classified(None, "", where, user_code)
+
+
+def _family(module: str) -> tuple[str, str] | None:
+    best: tuple[str, str, str] | None = None
+    for prefix, category, kind in _LIBRARIES:
+        if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, category, kind)
+    return None if best is None else (best[1], best[2])
+
+
+def is_user_file(filename: str) -> bool:
+    """True for the user's own source: not the interpreter's, not an installed package, not ours."""
+    global _ROOTS
+    if _ROOTS is None:
+        _ROOTS = _library_roots()
+    return _is_user_file(filename, _ROOTS)
+
+
+_ROOTS: tuple[str, ...] | None = None
+
+
+def display_path(filename: str, cwd: str | None = None) -> str:
+    """The path as a user reads it: relative to ``cwd`` when under it, else absolute."""
+    path = os.path.realpath(filename)
+    base = os.path.join(os.path.realpath(cwd or os.getcwd()), "")
+    return path[len(base):] if path.startswith(base) else path
+
+
+def _is_user_file(filename: str, roots: tuple[str, ...]) -> bool:
+    if not filename or filename.startswith("<"):
+        return False
+    path = os.path.realpath(filename)
+    return not any(path.startswith(root) for root in roots) and "site-packages" not in path

@@ -1,0 +1,76 @@
+"""A low-overhead stack sampler for the training thread.
+
+A daemon thread wakes every ``interval`` seconds, reads the training thread's current frame
+(``sys._current_frames``), classifies it (cached per code object, see ``frames.py``) and hands
+it to the :class:`Recorder`. Each sample is weighted by the wall time since the previous one,
+so a wait that held the GIL longer than one interval is still counted in full.
+
+At the default 10 ms this costs well under 1 % of a core (``benchmarks/overhead.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from trainmedic.probe.clock import StepClock
+from trainmedic.probe.frames import FrameClassifier
+from trainmedic.probe.recorder import Recorder
+
+DEFAULT_INTERVAL_S = 0.01
+
+
+class StackSampler:
+    def __init__(
+        self,
+        clock: StepClock,
+        recorder: Recorder,
+        classifier: FrameClassifier,
+        interval: float = DEFAULT_INTERVAL_S,
+        thread_id: int | None = None,
+    ) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval={interval!r}; expected a positive number of seconds")
+        self.clock = clock
+        self.recorder = recorder
+        self.classifier = classifier
+        self.interval = interval
+        self.thread_id = thread_id if thread_id is not None else threading.get_ident()
+        self.samples = 0
+        self.busy_seconds = 0.0  # the sampler thread's own CPU time: its overhead, reported
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainmedic-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        clock, recorder, classify = self.clock, self.recorder, self.classifier.classify
+        last = time.perf_counter()
+        while not self._stop.wait(self.interval):
+            # Read the step state before the frame: the boundary hook runs on the training
+            # thread, so a frame read afterwards can only be newer, never older, than the state.
+            step, generation, anchored = clock.index, clock.restarts, clock.anchored
+            cpu_start = time.thread_time()
+            frame = sys._current_frames().get(self.thread_id)
+            now = time.perf_counter()
+            weight, last = now - last, now
+            if frame is None:
+                break  # the training thread is gone
+            sample = classify(frame)
+            del frame
+            if sample.category is not None and sample.category != "data" and sample.kind in _MODEL_KINDS:
+                clock.anchor()
+                anchored = True
+            recorder.add(step, generation, anchored, sample, weight)
+            self.samples += 1
+            self.busy_seconds += time.thread_time() - cpu_start
+
+
+_MODEL_KINDS = frozenset({"forward", "backward", "optimizer"})

@@ -1,0 +1,151 @@
+"""A watch session: the step clock, hooks, stack sampler and op census, started and stopped together.
+
+``WatchSession.stop()`` returns :class:`Measurements`, the raw material ``diagnose`` turns into a
+Report. Only one session can be active at a time (``trainmedic.step()`` finds it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from trainmedic.errors import WatchError
+from trainmedic.probe import device as device_probe
+from trainmedic.probe.census import OpCensus
+from trainmedic.probe.clock import MARKER, StepClock
+from trainmedic.probe.frames import FrameClassifier
+from trainmedic.probe.hooks import TorchHooks
+from trainmedic.probe.recorder import Aggregate, Recorder
+from trainmedic.probe.sampler import DEFAULT_INTERVAL_S, StackSampler
+from trainmedic.report.model import DeviceInfo
+
+DEFAULT_WARMUP = 3  # step 0 (allocator, autotuning, lazy init) and two op-census steps
+
+
+@dataclass
+class Measurements:
+    wall_s: float
+    setup_s: float
+    step_source: str | None
+    warmup: int
+    steady_steps: int
+    steady_seconds: float
+    durations: list[tuple[int, float]]
+    warmup_durations: list[float]
+    steady: Aggregate
+    warm: Aggregate
+    setup: Aggregate
+    per_step: list[tuple[int, list[float]]]
+    ops_by_function: dict[str, int]
+    ops_by_line: dict[str, int]
+    census_steps: int
+    device: DeviceInfo
+    sampler_interval_s: float
+    samples: int
+    sampler_busy_s: float
+    torch_hooked: bool
+    notes: list[str] = field(default_factory=list)
+
+
+_active: "WatchSession | None" = None
+_active_lock = threading.Lock()
+
+
+def active_session() -> "WatchSession | None":
+    return _active
+
+
+class WatchSession:
+    def __init__(
+        self,
+        warmup: int = DEFAULT_WARMUP,
+        max_steps: int | None = None,
+        interval: float = DEFAULT_INTERVAL_S,
+        cwd: str | None = None,
+    ) -> None:
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"max_steps={max_steps!r}; expected a positive number of steps, or None")
+        self.clock = StepClock(warmup=warmup, max_steps=max_steps)
+        self.recorder = Recorder(warmup=warmup)
+        self.classifier = FrameClassifier(cwd=cwd)
+        self.sampler = StackSampler(self.clock, self.recorder, self.classifier, interval=interval)
+        self.hooks = TorchHooks(self.clock)
+        self.census = OpCensus(self.classifier, start_step=1, steps=max(warmup - 1, 0))
+        self.nvml: device_probe.NvmlSampler | None = None
+        self._started_at: float | None = None
+        self._measurements: Measurements | None = None
+
+    def start(self) -> "WatchSession":
+        global _active
+        with _active_lock:
+            if _active is not None:
+                raise WatchError("a trainmedic watch session is already running; nest steps with trainmedic.step() instead")
+            _active = self
+        self._started_at = time.perf_counter()
+        self.hooks.on_install.append(lambda torch: self.clock.listeners.append(self._on_step))
+        self.hooks.install()
+        self.sampler.start()
+        return self
+
+    def step(self) -> None:
+        """An explicit step boundary (``trainmedic.step()``)."""
+        self.clock.boundary(MARKER)
+
+    def _on_step(self, index: int) -> None:
+        if index == 1 and not self.classifier.cuda and device_probe.cuda_in_use():
+            self.classifier = _with_cuda(self.classifier)
+            self.sampler.classifier = self.classifier
+            if device_probe.nvml_wanted() and self.nvml is None:
+                self.nvml = device_probe.NvmlSampler()
+                self.nvml.start()
+        if self.census.end_step > self.census.start_step:
+            self.census.on_step(index)
+
+    def stop(self) -> Measurements:
+        global _active
+        if self._measurements is not None:
+            return self._measurements
+        if self._started_at is None:
+            raise WatchError("stop() called on a watch session that was never started")
+        ended = time.perf_counter()
+        self.sampler.stop()
+        self.census.stop()
+        self.hooks.uninstall()
+        if self.nvml is not None:
+            self.nvml.stop()
+        self.recorder.close()
+        with _active_lock:
+            if _active is self:
+                _active = None
+        clock, recorder = self.clock, self.recorder
+        setup_end = clock.first_boundary_t if clock.first_boundary_t is not None else ended
+        self._measurements = Measurements(
+            wall_s=ended - self._started_at,
+            setup_s=setup_end - self._started_at,
+            step_source=clock.source,
+            warmup=clock.warmup,
+            steady_steps=max(clock.index - clock.warmup, 0),
+            steady_seconds=clock.steady_seconds,
+            durations=clock.durations.items(),
+            warmup_durations=list(clock.warmup_durations),
+            steady=recorder.steady,
+            warm=recorder.warm,
+            setup=recorder.setup,
+            per_step=recorder.per_step.items(),
+            ops_by_function=dict(self.census.by_function),
+            ops_by_line=dict(self.census.by_line),
+            census_steps=self.census.steps_counted,
+            device=device_probe.describe(self.nvml),
+            sampler_interval_s=self.sampler.interval,
+            samples=self.sampler.samples,
+            sampler_busy_s=self.sampler.busy_seconds,
+            torch_hooked=self.hooks.installed,
+        )
+        return self._measurements
+
+
+def _with_cuda(classifier: FrameClassifier) -> FrameClassifier:
+    # Line rules for sync and transfer only apply when the job really uses a GPU.
+    fresh = FrameClassifier(cwd=classifier._cwd, cuda=True)
+    return fresh

@@ -1,0 +1,115 @@
+"""The terminal report: what ``trainmedic run`` prints to stderr when the script ends.
+
+Rendered with rich, so it is coloured on a terminal and plain text in a pipe or a CI log.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+from rich.console import Console, Group
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from trainmedic.categories import CATEGORIES
+from trainmedic.report.model import Finding, Report
+
+STYLES = {
+    "data": "bold red",
+    "transfer": "yellow",
+    "tiny_ops": "magenta",
+    "sync": "cyan",
+    "compute": "green",
+    "memory_bandwidth": "blue",
+    "host_other": "white",
+}
+_BAR_WIDTH = 30
+
+
+def render_console(report: Report, console: Console) -> None:
+    """Print ``report`` on ``console``."""
+    console.print(build(report))
+
+
+def build(report: Report) -> Group:
+    parts = [_header(report), Text(""), _breakdown(report)]
+    if report.findings:
+        parts += [Text(""), Text("Findings", style="bold"), *[_finding(i, f) for i, f in enumerate(report.findings, 1)]]
+    if report.lines:
+        parts += [Text(""), _lines(report)]
+    if report.notes:
+        parts += [Text(""), Text("Notes", style="bold")]
+        parts += [Padding(Text(f"- {note}", style="dim"), (0, 0, 0, 2)) for note in report.notes]
+    return Group(*parts)
+
+
+def _header(report: Report) -> Text:
+    s = report.steps
+    text = Text()
+    text.append("trainmedic report", style="bold")
+    text.append(f"  {shlex.join(report.command)}\n")
+    text.append(f"outcome: {report.outcome}, exit code {report.exit_code}")
+    if report.message:
+        text.append(f" ({report.message})", style="yellow")
+    text.append(f"\ndevice:  {report.device.kind} · {report.device.name}\n")
+    text.append(
+        f"steps:   {s.count} steady-state (+{s.warmup} warm-up, marked by {s.source or 'nothing'}) · "
+        f"median {_duration(s.median_s)} · p90 {_duration(s.p90_s)} · growth {s.growth:.2f}x"
+    )
+    text.append(f"\nwall:    {report.wall_s:.2f} s, of which set-up {report.setup_s:.2f} s")
+    return text
+
+
+def _breakdown(report: Report) -> Table:
+    table = Table(title="Where steady-state step time goes", title_justify="left", box=None, show_header=False, pad_edge=False)
+    table.add_column("category", min_width=17)
+    table.add_column("bar", width=_BAR_WIDTH + 1, no_wrap=True)
+    table.add_column("share", justify="right", width=6)
+    table.add_column("mark")
+    for category in CATEGORIES:
+        share = report.breakdown.get(category, 0.0)
+        filled = int(round(share * _BAR_WIDTH))
+        bar = Text("█" * filled + "·" * (_BAR_WIDTH - filled), style=STYLES[category])
+        mark = Text("◀ bottleneck", style="bold") if category == report.bottleneck else Text("")
+        table.add_row(category, bar, f"{share:.1%}", mark)
+    return table
+
+
+def _finding(rank: int, f: Finding) -> Group:
+    head = Text()
+    head.append(f"{rank}. [{f.category}{'/' + f.kind if f.kind else ''}] {f.share:.1%}  ", style=STYLES.get(f.category, ""))
+    head.append(f.title, style="bold")
+    body = Table.grid(padding=(0, 1))
+    body.add_column(width=9, style="dim")
+    body.add_column(overflow="fold")
+    body.add_row("evidence", f.evidence)
+    body.add_row("where", f.where or "no line of yours: the time is spent outside your code")
+    body.add_row("fix", f.fix)
+    body.add_row("buys", f"{_speedup(f.expected_speedup)} expected, ceiling {_speedup(f.ceiling)} (Amdahl)")
+    return Group(Padding(head, (0, 0, 0, 1)), Padding(body, (0, 0, 0, 4)))
+
+
+def _lines(report: Report) -> Table:
+    table = Table(title="Your lines by time per step", title_justify="left", box=None, pad_edge=False)
+    table.add_column("where", overflow="fold")
+    table.add_column("category")
+    table.add_column("per step", justify="right")
+    table.add_column("share", justify="right")
+    for line in report.lines:
+        label = f"{line.category}/{line.kind}" if line.kind else line.category
+        table.add_row(line.where, label, _duration(line.seconds_per_step), f"{line.share:.1%}")
+    return table
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _speedup(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "unbounded"
+    return f"×{value:.1f}"

@@ -1,0 +1,176 @@
+"""The Report: what ``trainmedic run`` and ``trainmedic.watch()`` conclude about a training job.
+
+The JSON form (schema ``trainmedic.report/1``) is a contract other tools read: the keys named in
+the schema never change meaning. Keys may be added (``timeline``, ``lines``, ``notes`` ...);
+a change to an existing key bumps the schema version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from trainmedic.categories import CATEGORIES
+
+SCHEMA = "trainmedic.report/1"
+
+#: How a run ended; the CLI's exit code follows the script's own.
+OUTCOMES = ("completed", "exit", "exception", "interrupted", "step_limit")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason the job is slower than it could be, with the fix and what it buys."""
+
+    category: str
+    share: float
+    title: str
+    evidence: str
+    where: str | None
+    fix: str
+    expected_speedup: float
+    #: Amdahl's limit ``1 / (1 - share)``: the speedup if this cost went to zero; ``None`` in
+    #: JSON when unbounded (a share of 1).
+    ceiling: float | None
+    #: The finer kind of cost inside the category, e.g. ``hdf5`` or ``database`` for ``data``.
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Steady-state step times (warm-up steps excluded)."""
+
+    count: int
+    median_s: float
+    p90_s: float
+    #: Median of the last quarter of steady-state steps over the median of the first quarter.
+    growth: float
+    warmup: int = 0
+    #: What marked step boundaries: ``optimizer``, ``loader``, ``marker`` or ``None``.
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    kind: str
+    name: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """One (possibly decimated) steady-state step: its duration and category seconds."""
+
+    step: int
+    seconds: float
+    categories: dict[str, float]
+
+
+@dataclass(frozen=True)
+class LineCost:
+    """Time spent at one user source line, per steady-state step."""
+
+    where: str
+    category: str
+    kind: str
+    seconds_per_step: float
+    share: float
+
+
+@dataclass
+class Report:
+    command: list[str]
+    exit_code: int
+    outcome: str
+    device: DeviceInfo
+    steps: StepStats
+    breakdown: dict[str, float]
+    bottleneck: str
+    findings: list[Finding]
+    wall_s: float = 0.0
+    setup_s: float = 0.0
+    message: str | None = None
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    lines: list[LineCost] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "version": self.version,
+            "command": list(self.command),
+            "exit_code": self.exit_code,
+            "outcome": self.outcome,
+            "message": self.message,
+            "device": {**self.device.details, "kind": self.device.kind, "name": self.device.name},
+            "steps": _finite(asdict(self.steps)),
+            "breakdown": {c: round(_finite_float(self.breakdown.get(c, 0.0)), 6) for c in CATEGORIES},
+            "bottleneck": self.bottleneck,
+            "findings": [_finite(asdict(f)) for f in self.findings],
+            "wall_s": _finite_float(self.wall_s),
+            "setup_s": _finite_float(self.setup_s),
+            "timeline": [asdict(p) for p in self.timeline],
+            "lines": [asdict(line) for line in self.lines],
+            "notes": list(self.notes),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def write_json(self, path: str | Path) -> Path:
+        return _write_atomically(Path(path), self.to_json() + "\n")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Report":
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"schema is {data.get('schema')!r}; expected {SCHEMA!r}")
+        device = dict(data["device"])
+        return cls(
+            command=list(data["command"]),
+            exit_code=int(data["exit_code"]),
+            outcome=data.get("outcome", "completed"),
+            message=data.get("message"),
+            device=DeviceInfo(device.pop("kind"), device.pop("name"), device),
+            steps=_known(StepStats, data["steps"]),
+            breakdown=dict(data["breakdown"]),
+            bottleneck=data["bottleneck"],
+            findings=[_known(Finding, f) for f in data["findings"]],
+            wall_s=data.get("wall_s", 0.0),
+            setup_s=data.get("setup_s", 0.0),
+            timeline=[_known(TimelinePoint, p) for p in data.get("timeline", [])],
+            lines=[_known(LineCost, line) for line in data.get("lines", [])],
+            notes=list(data.get("notes", [])),
+            version=data.get("version", ""),
+        )
+
+
+def _known(cls: type, row: dict[str, Any]) -> Any:
+    # Readers of /1 ignore keys added later, as the schema promises.
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in row.items() if k in names})
+
+
+def _finite_float(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
+def _finite(row: dict[str, Any]) -> dict[str, Any]:
+    # JSON has no infinity; an unbounded ceiling (share of 1.0) is written as null.
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def _write_atomically(path: Path, text: str) -> Path:
+    """Write to a temporary sibling, then rename: a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

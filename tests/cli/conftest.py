@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+class Trainmedic:
+    """Runs the real command in a child process, as a user's shell would."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    def script(self, name: str, body: str) -> Path:
+        path = self.cwd / name
+        path.write_text(textwrap.dedent(body).lstrip(), encoding="utf-8")
+        return path
+
+    def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
+        return subprocess.run(
+            [sys.executable, "-m", "trainmedic", *args],
+            cwd=self.cwd, env=env, capture_output=True, text=True, timeout=timeout,
+        )
+
+    def report(self, name: str = "report.json") -> dict:
+        return json.loads((self.cwd / name).read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def tm(tmp_path: Path) -> Trainmedic:
+    return Trainmedic(tmp_path)
+
+
+#: A small real training loop: a module, an optimizer, a DataLoader-free batch loop.
+LOOP = """
+import sys
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(512, 64), torch.randn(512, 1)
+steps = int(sys.argv[sys.argv.index("--iters") + 1]) if "--iters" in sys.argv else 20
+for step in range(steps):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""

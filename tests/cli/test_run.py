@@ -1,0 +1,159 @@
+"""`trainmedic run` end to end: real child processes, real scripts, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from trainmedic.categories import CATEGORIES
+
+from conftest import LOOP  # noqa: E402  (tests/cli is on sys.path under pytest's rootdir-less import)
+
+
+def test_runs_the_script_with_its_own_argv_name_and_exit_code(tm):
+    tm.script("train.py", LOOP + """
+print("argv", sys.argv[1:], __name__)
+sys.exit(3)
+""")
+    result = tm("run", "--json", "report.json", "train.py", "--iters", "12", "--flag")
+    assert result.returncode == 3
+    assert "argv ['--iters', '12', '--flag'] __main__" in result.stdout
+    report = tm.report()
+    assert report["schema"] == "trainmedic.report/1"
+    assert report["command"] == ["train.py", "--iters", "12", "--flag"]
+    assert report["exit_code"] == 3
+    # 12 optimizer steps close 11 steps (the first opens counting), 3 of them warm-up.
+    assert report["steps"]["count"] == 12 - 1 - 3
+    assert report["steps"]["source"] == "optimizer"
+    assert set(report["breakdown"]) == set(CATEGORIES)
+    assert abs(sum(report["breakdown"].values()) - 1) <= 0.01
+    assert report["bottleneck"] in CATEGORIES
+    for key in ("count", "median_s", "p90_s", "growth"):
+        assert key in report["steps"]
+    assert report["device"]["kind"] == "cpu"
+    assert "Where steady-state step time goes" in result.stderr
+
+
+def test_module_mode_passes_its_own_options(tm):
+    pkg = tm.cwd / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    tm.script("mypkg/train.py", LOOP + "\nprint('module argv', sys.argv[1:])\n")
+    result = tm("run", "--json", "report.json", "-m", "mypkg.train", "--lr", "1e-3", "--iters", "8")
+    assert result.returncode == 0, result.stderr
+    assert "module argv ['--lr', '1e-3', '--iters', '8']" in result.stdout
+    assert tm.report()["command"] == ["-m", "mypkg.train", "--lr", "1e-3", "--iters", "8"]
+
+
+def test_steps_stops_after_n_steady_state_steps(tm):
+    tm.script("train.py", LOOP + "\nprint('never reached')\n")
+    result = tm("run", "--steps", "5", "--json", "report.json", "train.py", "--iters", "100000")
+    assert result.returncode == 0
+    assert "never reached" not in result.stdout
+    report = tm.report()
+    assert report["steps"]["count"] == 5
+    assert report["outcome"] == "step_limit"
+
+
+def test_a_script_that_raises_shows_its_traceback_the_report_and_exits_1(tm):
+    tm.script("train.py", LOOP + "\nraise RuntimeError('shape mismatch in phase 2')\n")
+    result = tm("run", "--json", "report.json", "train.py")
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "RuntimeError: shape mismatch in phase 2" in result.stderr
+    assert "runpy" not in result.stderr and "trainmedic/probe" not in result.stderr
+    report = tm.report()
+    assert report["outcome"] == "exception"
+    assert "train.py:" in report["message"]
+    assert report["steps"]["count"] > 0  # what was measured before the crash is reported
+
+
+def test_missing_script_is_a_clear_error_with_exit_2(tm):
+    result = tm("run", "nope.py")
+    assert result.returncode == 2
+    assert "script 'nope.py' does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_module_is_a_clear_error_with_exit_2(tm):
+    result = tm("run", "-m", "no_such_pkg.train")
+    assert result.returncode == 2
+    assert "module 'no_such_pkg.train' cannot be found" in result.stderr
+
+
+def test_a_notebook_is_refused_with_how_to_convert_it(tm):
+    (tm.cwd / "train.ipynb").write_text('{"cells": []}')
+    result = tm("run", "train.ipynb")
+    assert result.returncode == 2
+    assert "not a Python script" in result.stderr
+    assert "nbconvert" in result.stderr
+
+
+def test_a_binary_file_is_refused(tm):
+    (tm.cwd / "model.bin").write_bytes(b"\x00\x01\x02" * 100)
+    result = tm("run", "model.bin")
+    assert result.returncode == 2
+    assert "binary file" in result.stderr
+
+
+def test_no_detectable_steps_says_how_to_mark_them(tm):
+    tm.script("busy.py", """
+        total = 0
+        for i in range(300_000):
+            total += i * i
+        print(total > 0)
+    """)
+    result = tm("run", "--json", "report.json", "busy.py")
+    assert result.returncode == 0
+    assert "No training steps were detected" in result.stderr
+    assert "trainmedic.step()" in result.stderr
+    assert tm.report()["steps"]["count"] == 0
+
+
+def test_explicit_markers_define_steps_without_torch(tm):
+    tm.script("loop.py", """
+        import trainmedic
+        for step in range(12):
+            sum(i * i for i in range(20_000))
+            trainmedic.step()
+    """)
+    result = tm("run", "--json", "report.json", "--warmup", "2", "loop.py")
+    assert result.returncode == 0, result.stderr
+    report = tm.report()
+    assert report["steps"]["source"] == "marker"
+    assert report["steps"]["count"] == 12 - 1 - 2  # the first marker opens counting; 2 warm-up
+
+
+def test_ctrl_c_reports_what_was_measured_and_exits_130(tm):
+    tm.script("train.py", LOOP.replace(
+        "    opt.step()", "    opt.step()\n    if step == 30:\n        print('ready', flush=True)"))
+    env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainmedic", "run", "--json", "report.json", "train.py", "--iters", "10000000"],
+        cwd=tm.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"  # wait for real steps, no sleeping
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted by Ctrl+C" in err
+    report = tm.report()
+    assert report["outcome"] == "interrupted"
+    assert report["steps"]["count"] >= 20
+
+
+def test_html_report_is_written(tm):
+    tm.script("train.py", LOOP)
+    result = tm("run", "--html", "report.html", "--quiet", "train.py")
+    assert result.returncode == 0
+    html = (tm.cwd / "report.html").read_text(encoding="utf-8")
+    assert "timeline-chart" in html
+    assert "Where steady-state" not in result.stderr  # --quiet
+
+
+def test_no_target_is_a_usage_error(tm):
+    result = tm("run")
+    assert result.returncode == 2
+    assert "give a script to run" in result.stderr

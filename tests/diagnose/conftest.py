@@ -1,0 +1,48 @@
+"""Measurements as a watch session would produce them, built by hand for rule tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainmedic.probe.recorder import Aggregate
+from trainmedic.probe.runner import RunOutcome
+from trainmedic.probe.session import Measurements
+from trainmedic.report.model import DeviceInfo
+
+
+def make_measurements(lines, durations, ops_by_function=None, census_steps=0, per_step=None):
+    steady = Aggregate()
+    for (slot, kind, where, function), seconds in lines.items():
+        steady.add((slot, kind, where, function), seconds, samples=max(int(seconds / 0.01), 1))
+    return Measurements(
+        wall_s=sum(durations) + 1.0,
+        setup_s=1.0,
+        step_source="optimizer",
+        warmup=3,
+        steady_steps=len(durations),
+        steady_seconds=sum(durations),
+        durations=list(enumerate(durations, start=3)),
+        warmup_durations=durations[:1] * 3,
+        steady=steady,
+        warm=Aggregate(),
+        setup=Aggregate(),
+        per_step=per_step or [],
+        ops_by_function=ops_by_function or {},
+        ops_by_line={},
+        census_steps=census_steps,
+        device=DeviceInfo("cpu", "test cpu", {"cuda": "not available"}),
+        sampler_interval_s=0.01,
+        samples=steady.samples,
+        sampler_busy_s=0.01,
+        torch_hooked=True,
+    )
+
+
+@pytest.fixture
+def completed():
+    return RunOutcome(0, "completed")
+
+
+@pytest.fixture
+def measure():
+    return make_measurements
