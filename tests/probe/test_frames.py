@@ -76,7 +76,7 @@ def test_dataset_getitem_under_dataloader_is_data():
     list(torch.utils.data.DataLoader(Rows(), batch_size=2))
     result = captured[0]
     assert result.category == DATA
-    assert result.kind == "loader"
+    assert result.kind == "transform"  # user code inside the loader
 
 
 def test_sqlite_query_line_is_a_database_wait():

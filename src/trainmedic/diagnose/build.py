@@ -6,7 +6,7 @@ import statistics
 from collections import defaultdict
 
 from trainmedic._version import __version__
-from trainmedic.categories import CATEGORIES, COMPUTE, DATA, GPU_ONLY
+from trainmedic.categories import CATEGORIES, COMPUTE, TINY_OPS
 from trainmedic.diagnose import amdahl, resolve, steps
 from trainmedic.diagnose.rules import RULES, Context
 from trainmedic.probe.recorder import SLOTS, Aggregate
@@ -80,9 +80,16 @@ def _scope(m: Measurements) -> tuple[Aggregate, str, int]:
 
 def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
     groups: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    phases: dict[str, float] = defaultdict(float)  # compute split by forward/backward/optimizer
+    forward_lines: dict[str, float] = defaultdict(float)
     for cost in costs:
-        # The model's own time is one finding, whichever of forward/backward/step it was in.
-        kind = "model" if cost.category == COMPUTE else cost.kind
+        kind = cost.kind
+        if cost.category == COMPUTE:
+            # The model's own time is one finding, whichever of forward/backward/step it was in.
+            kind = "model"
+            phases[cost.kind] += cost.seconds
+            if cost.kind == "forward" and cost.where is not None:
+                forward_lines[cost.where] += cost.seconds
         groups[(cost.category, kind)][cost.where] += cost.seconds
     findings = []
     for (category, kind), by_where in groups.items():
@@ -90,18 +97,32 @@ def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
         share = seconds / total if total else 0.0
         if share < MIN_SHARE:
             continue
-        where = max((w for w in by_where if w is not None), key=lambda w: by_where[w], default=None)
-        if (category, kind) == growing:
-            kind = "pool" if category == DATA else kind
+        # Backward time has no line of its own (autograd runs in C++); it mirrors the forward,
+        # so the model's heaviest forward line is where compute time originates.
+        pool = forward_lines if category == COMPUTE and forward_lines else by_where
+        where = max((w for w in pool if w is not None), key=lambda w: pool[w], default=None)
+        grows = category == growing
+        if grows and kind == resolve.BATCH_PREPARATION:
+            kind = "pool"  # batch preparation that gets slower every step: a growing structure
         ops = max((loop.ops_per_step for loop in loops.values()), default=0.0)
         ctx = Context(where, seconds / n_steps, stats.median_s, m.device.kind, ops, stats.growth)
         advice = RULES[category](kind, ctx)
-        evidence = _evidence(category, kind, share, seconds / n_steps, stats, by_where, where, loops, ops)
+        evidence = [f"{share:.1%} of steady-state step time ({_seconds(seconds / n_steps)} of a {_seconds(stats.median_s)} median step)"]
+        if where is not None and pool.get(where) and len(pool) > 1:
+            evidence.append(f"{pool[where] / seconds:.0%} of it at {where}")
+        if category == COMPUTE:
+            split = ", ".join(f"{phase} {value / seconds:.0%}" for phase, value in sorted(phases.items(), key=lambda kv: -kv[1]))
+            evidence.append(f"split: {split}")
+        if category == TINY_OPS and loops:
+            slowest = max(loops.values(), key=lambda loop: loop.ops_per_step)
+            evidence.append(f"{ops:,.0f} torch calls per step at {slowest.seconds_per_op * 1e6:.1f} µs each")
+        if grows:
+            evidence.append(f"step time grew {stats.growth:.2f}x from the first to the last quarter of the run")
         findings.append(Finding(
             category=category,
             share=round(share, 4),
             title=advice.title,
-            evidence=evidence,
+            evidence="; ".join(evidence),
             where=where,
             fix=advice.fix,
             expected_speedup=round(amdahl.expected_speedup(share, advice.factor), 2),
@@ -110,20 +131,6 @@ def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
         ))
     findings.sort(key=lambda f: f.share, reverse=True)
     return findings
-
-
-def _evidence(category, kind, share, per_step, stats, by_where, where, loops, ops) -> str:
-    parts = [f"{share:.1%} of steady-state step time ({_seconds(per_step)} of a {_seconds(stats.median_s)} median step)"]
-    if kind:
-        parts.append(f"kind: {kind}")
-    if where is not None and by_where.get(where) and len(by_where) > 1:
-        parts.append(f"{by_where[where] / sum(by_where.values()):.0%} of it at {where}")
-    if loops and category == "tiny_ops":
-        slowest = max(loops.values(), key=lambda loop: loop.ops_per_step)
-        parts.append(f"{ops:,.0f} torch calls per step at {slowest.seconds_per_op * 1e6:.1f} µs each")
-    if kind == "pool" or stats.growth >= steps.GROWTH_FLAG:
-        parts.append(f"step time grew {stats.growth:.2f}x from the first to the last quarter of the run")
-    return "; ".join(parts)
 
 
 def _seconds(value: float) -> str:
@@ -147,13 +154,13 @@ def _timeline(m: Measurements, mapping, breakdown) -> list[TimelinePoint]:
     return points
 
 
-def _growing_category(timeline: list[TimelinePoint]) -> tuple[str, str] | None:
+def _growing_category(timeline: list[TimelinePoint]) -> str | None:
     best, best_delta = None, 0.0
     for category in CATEGORIES:
         first, last = steps.quarters([p.categories[category] for p in timeline])
         if last - first > best_delta:
             best, best_delta = category, last - first
-    return (best, resolve.BATCH_PREPARATION) if best == DATA else ((best, "") if best else None)
+    return best
 
 
 def _lines(costs, total, n_steps) -> list[LineCost]:
@@ -191,6 +198,18 @@ def _notes(m: Measurements, scope: str, anchored: bool, loops) -> list[str]:
         notes.append(f"Op census over {m.census_steps} warm-up step(s): {ops:,.0f} torch calls per step.")
     if m.steady_steps and not anchored:
         notes.append("No forward, backward or optimizer step was seen inside steps: plain user code was classified by its torch op count.")
-    if m.device.kind != "cuda":
-        notes.append("GPU-only categories (" + ", ".join(sorted(GPU_ONLY)) + ") are zero on a CPU run.")
+    if m.device.kind == "cuda":
+        notes.append(
+            "Each step boundary waits for the step's queued CUDA work, so asynchronous kernels are "
+            "charged to the step that launched them rather than to a later sync point."
+        )
+        nvml = m.device.details.get("nvml", {})
+        if nvml.get("available"):
+            notes.append(
+                f"NVML: GPU busy {nvml.get('util_gpu_pct_mean', '?')} % on average, power "
+                f"{nvml.get('power_w_mean', '?')} W of {nvml.get('power_limit_w', '?')} W, "
+                f"SM clock {nvml.get('sm_clock_mhz_mean', '?')} MHz, P-state {nvml.get('pstate_mean', '?')}."
+            )
+        else:
+            notes.append(f"NVML readings unavailable: {nvml.get('reason', 'unknown')}.")
     return notes

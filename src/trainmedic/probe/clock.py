@@ -49,6 +49,9 @@ class StepClock:
         self.warmup_durations: list[float] = []
         #: Called on each boundary with the new step index (the op census uses it).
         self.listeners: list[Callable[[int], None]] = []
+        #: Called before a boundary is timed: on CUDA it waits for the step's queued kernels, so
+        #: asynchronous work is charged to the step that launched it, not to a later sync point.
+        self.before_boundary: Callable[[], None] | None = None
 
     @property
     def steady_from(self) -> int:
@@ -63,6 +66,8 @@ class StepClock:
         priority = _PRIORITY[source]
         if priority < current:
             return
+        if self.before_boundary is not None:
+            self.before_boundary()
         t = time.perf_counter() if now is None else now
         if priority > current:
             self._restart(source, t)

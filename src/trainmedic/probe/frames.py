@@ -69,7 +69,7 @@ _FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
 
 # Data kinds more specific than the loader that calls them: a sample inside
 # DataLoader -> Dataset.__getitem__ -> h5py is an HDF5 wait, not a "loader" wait.
-_DATA_SPECIFICITY = {"loader": 0, "collate": 1}
+_DATA_SPECIFICITY = {"loader": 0, "transform": 1, "collate": 2}
 
 # C builtins and tensor methods leave no Python frame; the user's line text is the only witness.
 _DATABASE = re.compile(r"\.(execute|executemany|fetchall|fetchone|fetchmany)\s*\(|read_sql")
@@ -160,6 +160,8 @@ class FrameClassifier:
             elif family is not None:
                 category, kind = family
                 if category == DATA:
+                    if kind == "loader" and user_frame is not None:
+                        kind = "transform"  # the user's own __getitem__ runs inside the loader
                     # Keep the most specific data kind seen anywhere on the stack.
                     if data_kind is None or _DATA_SPECIFICITY.get(data_kind, 9) < _DATA_SPECIFICITY.get(kind, 9):
                         data_kind = kind
@@ -173,7 +175,7 @@ class FrameClassifier:
         if user_frame is not None:
             user_code = user_frame.f_code
             where = self.where(user_code.co_filename, user_frame.f_lineno or 0)
-        if user_code is not None and (data_kind == "loader" or (data_kind is None and decisive is None)):
+        if user_code is not None and (data_kind in ("loader", "transform") or (data_kind is None and decisive is None)):
             # The user's line is inside a C call (no frame of its own): its text is the witness.
             line = self._line_family(user_code.co_filename, user_frame.f_lineno or 0)
             if data_kind is None:

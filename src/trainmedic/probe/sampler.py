@@ -65,9 +65,10 @@ class StackSampler:
                 break  # the training thread is gone
             sample = classify(frame)
             del frame
-            if sample.category is not None and sample.category != "data" and sample.kind in _MODEL_KINDS:
-                clock.anchor()
+            if sample.kind in _MODEL_KINDS and sample.category != "data":
                 anchored = True
+                if clock.index == step:  # the step may have ended while this sample was classified
+                    clock.anchor()
             recorder.add(step, generation, anchored, sample, weight)
             self.samples += 1
             self.busy_seconds += time.thread_time() - cpu_start

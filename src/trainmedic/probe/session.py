@@ -63,6 +63,7 @@ class WatchSession:
         max_steps: int | None = None,
         interval: float = DEFAULT_INTERVAL_S,
         cwd: str | None = None,
+        sync_cuda_steps: bool = True,
     ) -> None:
         if max_steps is not None and max_steps < 1:
             raise ValueError(f"max_steps={max_steps!r}; expected a positive number of steps, or None")
@@ -73,6 +74,7 @@ class WatchSession:
         self.hooks = TorchHooks(self.clock)
         self.census = OpCensus(self.classifier, start_step=1, steps=max(warmup - 1, 0))
         self.nvml: device_probe.NvmlSampler | None = None
+        self.sync_cuda_steps = sync_cuda_steps
         self._started_at: float | None = None
         self._measurements: Measurements | None = None
 
@@ -96,6 +98,11 @@ class WatchSession:
         if index == 1 and not self.classifier.cuda and device_probe.cuda_in_use():
             self.classifier = _with_cuda(self.classifier)
             self.sampler.classifier = self.classifier
+            self.census.classifier = self.classifier
+            if self.sync_cuda_steps:
+                import torch
+
+                self.clock.before_boundary = torch.cuda.synchronize
             if device_probe.nvml_wanted() and self.nvml is None:
                 self.nvml = device_probe.NvmlSampler()
                 self.nvml.start()
@@ -147,5 +154,4 @@ class WatchSession:
 
 def _with_cuda(classifier: FrameClassifier) -> FrameClassifier:
     # Line rules for sync and transfer only apply when the job really uses a GPU.
-    fresh = FrameClassifier(cwd=classifier._cwd, cuda=True)
-    return fresh
+    return FrameClassifier(cwd=classifier._cwd, cuda=True)

@@ -54,10 +54,8 @@ def _header(report: Report) -> Text:
     if report.message:
         text.append(f" ({report.message})", style="yellow")
     text.append(f"\ndevice:  {report.device.kind} · {report.device.name}\n")
-    text.append(
-        f"steps:   {s.count} steady-state (+{s.warmup} warm-up, marked by {s.source or 'nothing'}) · "
-        f"median {_duration(s.median_s)} · p90 {_duration(s.p90_s)} · growth {s.growth:.2f}x"
-    )
+    text.append(f"steps:   {s.count} steady-state + {s.warmup} warm-up, marked by {s.source or 'nothing'}\n")
+    text.append(f"step:    median {_duration(s.median_s)} · p90 {_duration(s.p90_s)} · growth {s.growth:.2f}x")
     text.append(f"\nwall:    {report.wall_s:.2f} s, of which set-up {report.setup_s:.2f} s")
     return text
 
