@@ -84,3 +84,24 @@ def test_no_steps_reports_the_whole_run_and_says_how_to_mark_steps(completed, me
     assert report.steps.count == 0
     assert any("trainmedic.step()" in note for note in report.notes)
     assert report.breakdown["compute"] == pytest.approx(1.0)
+
+
+def test_a_cuda_run_reports_nvml_readings_and_the_synchronised_boundaries(completed, measure):
+    from trainmedic.report.model import DeviceInfo
+
+    m = measure({("compute", "forward", "t.py:1", "f"): 1.0}, [0.1] * STEPS)
+    nvml = {"available": True, "util_gpu_pct_mean": 97.5, "power_w_mean": 610.0, "power_limit_w": 700.0,
+            "sm_clock_mhz_mean": 1980.0, "pstate_mean": 0.0}
+    m.device = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", {"nvml": nvml})
+    notes = " ".join(diagnose(m, ["t.py"], completed).notes)
+    assert "GPU busy 97.5 %" in notes and "610.0 W of 700.0 W" in notes
+    assert "queued CUDA work" in notes
+
+
+def test_a_cuda_run_without_nvml_says_why(completed, measure):
+    from trainmedic.report.model import DeviceInfo
+
+    m = measure({("compute", "forward", "t.py:1", "f"): 1.0}, [0.1] * STEPS)
+    reason = "nvidia-ml-py is not installed: pip install 'trainmedic[gpu]'"
+    m.device = DeviceInfo("cuda", "NVIDIA T4", {"nvml": {"available": False, "reason": reason}})
+    assert any(reason in note for note in diagnose(m, ["t.py"], completed).notes)

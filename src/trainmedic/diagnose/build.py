@@ -47,7 +47,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     )
     mapping = resolve.slot_mapping(aggregate, costs)
     timeline = _timeline(m, mapping, breakdown)
-    growing = _growing_category(timeline) if step_growth >= steps.GROWTH_FLAG else None
+    growing = _growing_category(timeline) if steps.grows(durations) else None
     findings = _findings(costs, total, n_steps, stats, m, loops, growing)
 
     return Report(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import statistics
 
-#: Growth at or above this flags a step that keeps getting slower (seed 004's growing pool).
+#: Growth at or above this flags a step that keeps getting slower (seed 004's growing pool)...
 GROWTH_FLAG = 1.3
+#: ...when every quarter of the run is also at least this much slower than the one before, so
+#: that a burst of noise from a shared machine at the end of a run is not called a trend.
+STEADY_RISE = 1.05
 _MIN_STEPS_FOR_GROWTH = 8
 
 
@@ -35,3 +38,19 @@ def quarters(values: list[float]) -> tuple[float, float]:
         return (0.0, 0.0)
     quarter = len(values) // 4
     return (sum(values[:quarter]) / quarter, sum(values[-quarter:]) / quarter)
+
+
+
+def quarter_medians(durations: list[float]) -> list[float]:
+    if len(durations) < _MIN_STEPS_FOR_GROWTH:
+        return []
+    q = len(durations) // 4
+    return [statistics.median(durations[i * q:(i + 1) * q]) for i in range(3)] + [statistics.median(durations[-q:])]
+
+
+def grows(durations: list[float]) -> bool:
+    """A trend, not a blip: the ratio is past the flag *and* every quarter is slower than the last."""
+    medians = quarter_medians(durations)
+    if not medians or growth(durations) < GROWTH_FLAG:
+        return False
+    return all(later >= earlier * STEADY_RISE for earlier, later in zip(medians, medians[1:]))

@@ -1,0 +1,26 @@
+import random
+
+import pytest
+
+from trainmedic.diagnose import steps
+
+
+def test_growth_is_last_quarter_median_over_first():
+    durations = [1.0] * 10 + [1.5] * 10 + [2.0] * 10 + [3.0] * 10
+    assert steps.growth(durations) == pytest.approx(3.0)
+    assert steps.growth([1.0] * 5) == 1.0  # too few steps to say
+
+
+def test_a_steady_rise_is_flagged_but_a_burst_of_noise_is_not():
+    rising = [0.02 + 0.001 * i for i in range(40)]
+    assert steps.grows(rising)
+    rng = random.Random(0)
+    burst = [0.02 + rng.uniform(0, 0.002) for _ in range(30)] + [0.04] * 10  # a noisy neighbour
+    assert steps.growth(burst) >= steps.GROWTH_FLAG
+    assert not steps.grows(burst)
+    assert not steps.grows([1.0] * 40)
+
+
+def test_percentile_interpolates():
+    assert steps.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == pytest.approx(4.6)
+    assert steps.percentile([], 0.9) == 0.0

@@ -1,0 +1,80 @@
+"""The bottleneck zoo: each scenario script is diagnosed by `trainmedic run`, `where` included.
+
+Every script declares what it reproduces (``EXPECT``) and marks the line the diagnosis must
+point at with ``# expect-where``. They run unmodified, in a child process, as a user would.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainmedic.categories import GPU_ONLY
+
+HERE = Path(__file__).parent
+SCENARIOS = sorted(p for p in HERE.glob("*.py") if not p.name.startswith("test_"))
+
+
+def expectation(script: Path) -> tuple[dict, str]:
+    tree = ast.parse(script.read_text(encoding="utf-8"))
+    expect = next(
+        ast.literal_eval(node.value) for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "EXPECT"
+    )
+    lines = script.read_text(encoding="utf-8").splitlines()
+    marked = [i for i, line in enumerate(lines, 1) if line.rstrip().endswith("# expect-where")]
+    assert len(marked) == 1, f"{script.name}: exactly one line must end with '# expect-where'"
+    return expect, f"{script.name}:{marked[0]}"
+
+
+def diagnose(script: Path, tmp_path: Path) -> dict:
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainmedic", "run", "--quiet", "--json", str(out), script.name],
+        cwd=HERE, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_the_zoo_covers_every_category_that_can_occur():
+    verdicts = {expectation(s)[0]["bottleneck"] for s in SCENARIOS}
+    assert verdicts >= {"data", "tiny_ops", "compute", "host_other", "transfer", "sync", "memory_bandwidth"}
+    kinds = {expectation(s)[0].get("kind") for s in SCENARIOS}
+    assert kinds >= {"hdf5", "database", "transform", "pool", "logging"}
+
+
+@pytest.mark.parametrize("script", [s for s in SCENARIOS if not expectation(s)[0].get("gpu_only")], ids=lambda p: p.stem)
+def test_cpu_scenario_is_diagnosed_at_the_right_line(script, tmp_path):
+    expect, where = expectation(script)
+    report = diagnose(script, tmp_path)
+    summary = {k: round(v, 3) for k, v in report["breakdown"].items() if v}
+    assert report["bottleneck"] == expect["bottleneck"], summary
+    top = report["findings"][0]
+    assert top["category"] == expect["bottleneck"], report["findings"]
+    if expect.get("kind"):
+        assert top["kind"] == expect["kind"], report["findings"]
+    assert top["where"] == where, report["lines"]
+    assert top["expected_speedup"] > 1.0 or expect["bottleneck"] == "compute"
+    if expect.get("growth"):
+        assert report["steps"]["growth"] >= 1.3
+        assert "grew" in top["evidence"]
+    else:
+        assert not any("grew" in f["evidence"] for f in report["findings"])
+
+
+@pytest.mark.parametrize("script", [s for s in SCENARIOS if expectation(s)[0].get("gpu_only")], ids=lambda p: p.stem)
+def test_gpu_scenario_runs_on_a_cpu_and_says_the_gpu_side_was_not_measured(script, tmp_path):
+    # The verdicts themselves need a GPU: benchmarks/gpu_zoo.py checks them there.
+    report = diagnose(script, tmp_path)
+    assert report["device"]["kind"] == "cpu"
+    assert report["steps"]["count"] > 0
+    assert all(report["breakdown"][c] == 0.0 for c in GPU_ONLY)
+    assert any("GPU categories" in note for note in report["notes"])
