@@ -67,6 +67,7 @@ class Recorder:
         self._open = Aggregate()
         self._open_step = -1
         self._generation = 0
+        self._function_keys: dict[CodeType, str] = {}  # built once per code object, not per sample
 
     def add(self, step: int, generation: int, anchored: bool, sample: Classified, weight: float) -> None:
         with self._lock:
@@ -80,7 +81,11 @@ class Recorder:
                 self._fold()
                 self._open_step = step
             slot = sample.category or (AFTER_MODEL if anchored else BEFORE_MODEL)
-            self._open.add((slot, sample.kind, sample.where, function_key(sample.user_code)), weight)
+            code = sample.user_code
+            key = self._function_keys.get(code) if code is not None else None
+            if key is None and code is not None:
+                key = self._function_keys[code] = function_key(code)
+            self._open.add((slot, sample.kind, sample.where, key), weight)
 
     def _fold(self) -> None:
         step, done = self._open_step, self._open

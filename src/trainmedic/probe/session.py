@@ -82,7 +82,10 @@ class WatchSession:
         global _active
         with _active_lock:
             if _active is not None:
-                raise WatchError("a trainmedic watch session is already running; nest steps with trainmedic.step() instead")
+                raise WatchError(
+                    "a trainmedic watch is already running (trainmedic run, or an outer trainmedic.watch()); "
+                    "mark steps with trainmedic.step() inside it instead of starting a second one"
+                )
             _active = self
         self._started_at = time.perf_counter()
         self.hooks.on_install.append(lambda torch: self.clock.listeners.append(self._on_step))

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 
 from trainmedic.categories import CATEGORIES, DESCRIPTIONS
-from trainmedic.report.model import Finding, Report, TimelinePoint, _write_atomically
+from trainmedic.report.model import Finding, Report, TimelinePoint, write_text_atomically
 
 __all__ = ["render_html", "write_html"]
 
@@ -90,7 +90,7 @@ def render_html(report: Report) -> str:
 
 def write_html(report: Report, path: str | Path) -> Path:
     """Write the page atomically (temporary sibling, then rename) and return its path."""
-    return _write_atomically(Path(path), render_html(report))
+    return write_text_atomically(Path(path), render_html(report))
 
 
 def _tone(r: Report) -> str:

@@ -123,7 +123,7 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def write_json(self, path: str | Path) -> Path:
-        return _write_atomically(Path(path), self.to_json() + "\n")
+        return write_text_atomically(Path(path), self.to_json() + "\n")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Report":
@@ -164,7 +164,7 @@ def _finite(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
-def _write_atomically(path: Path, text: str) -> Path:
+def write_text_atomically(path: Path, text: str) -> Path:
     """Write to a temporary sibling, then rename: a reader never sees half a report."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
