@@ -1,6 +1,6 @@
 """A low-overhead stack sampler for the training thread.
 
-A daemon thread wakes every ``interval`` seconds, reads the training thread's current frame
+A daemon thread wakes every ``interval`` seconds on average (jittered by ±50 %), reads the training thread's current frame
 (``sys._current_frames``), classifies it (cached per code object, see ``frames.py``) and hands
 it to the :class:`Recorder`. Each sample is weighted by the wall time since the previous one,
 so a wait that held the GIL longer than one interval is still counted in full.
@@ -12,6 +12,7 @@ it while the training thread is in GIL-free kernels), and a step-bound training 
 
 from __future__ import annotations
 
+import random
 import sys
 import threading
 import time
@@ -56,9 +57,13 @@ class StackSampler:
         clock, recorder = self.clock, self.recorder
         cpu_start = time.thread_time()
         last = time.perf_counter()
-        # time.sleep rather than Event.wait: the wait's lock round trip cost ~50 us a sample.
+        # Jittered intervals: a fixed period locks onto a loop whose step is a multiple of it and
+        # samples the same phase of every step (aliasing). time.sleep rather than Event.wait:
+        # the wait's lock round trip cost ~50 us a sample.
+        jitter = random.Random(0x7E57)
+        low, high = self.interval * 0.5, self.interval * 1.5
         while not self._stopping:
-            time.sleep(self.interval)
+            time.sleep(jitter.uniform(low, high))
             if self._stopping:
                 break
             # Read the step state before the frame: the boundary hook runs on the training
