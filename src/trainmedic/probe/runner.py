@@ -82,15 +82,15 @@ def check_module(name: str) -> None:
 
 def run(target: str, args: list[str], module: bool = False) -> RunOutcome:
     """Run ``target`` (a script path, or a module name with ``module=True``) with ``args``."""
-    saved_argv, saved_path0 = list(sys.argv), sys.path[0] if sys.path else None
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    # What python itself puts first on sys.path: the current folder for -m, else the script's folder.
+    path = Path(target).resolve()
+    sys.path.insert(0, os.getcwd() if module else str(path.parent if path.is_file() else path))
+    sys.argv = [target, *args]
     try:
         if module:
-            sys.argv = [target, *args]
-            sys.path.insert(0, os.getcwd())
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            sys.argv = [target, *args]
-            sys.path.insert(0, str(Path(target).resolve().parent if Path(target).is_file() else Path(target).resolve()))
             runpy.run_path(target, run_name="__main__")
         return RunOutcome(0, "completed")
     except StepLimitReached as stop:
@@ -105,8 +105,7 @@ def run(target: str, args: list[str], module: bool = False) -> RunOutcome:
         return RunOutcome(1, "exception", _one_line(exc), _user_traceback(exc))
     finally:
         sys.argv = saved_argv
-        if saved_path0 is not None and sys.path and sys.path[0] != saved_path0:
-            sys.path.pop(0)
+        sys.path[:] = saved_path
 
 
 def _exit_code(code: object) -> int:
