@@ -20,7 +20,6 @@ def make_measurements(lines, durations, ops_by_function=None, census_steps=0, pe
         step_source="optimizer",
         warmup=3,
         steady_steps=len(durations),
-        steady_seconds=sum(durations),
         durations=list(enumerate(durations, start=3)),
         warmup_durations=durations[:1] * 3,
         steady=steady,
@@ -28,13 +27,11 @@ def make_measurements(lines, durations, ops_by_function=None, census_steps=0, pe
         setup=Aggregate(),
         per_step=per_step or [],
         ops_by_function=ops_by_function or {},
-        ops_by_line={},
         census_steps=census_steps,
         device=DeviceInfo("cpu", "test cpu", {"cuda": "not available"}),
         sampler_interval_s=0.01,
         samples=steady.samples,
         sampler_busy_s=0.01,
-        torch_hooked=True,
     )
 
 

@@ -97,16 +97,16 @@ def test_plain_user_code_is_left_for_position_to_decide():
 
 def test_print_line_is_host_other():
     print_line = _line_containing('print("", end="")  # print-probe')
-    assert FrameClassifier()._line_family(__file__, print_line) == (HOST_OTHER, "print")
+    assert FrameClassifier().line_family(__file__, print_line) == (HOST_OTHER, "print")
 
 
 def test_sync_and_transfer_lines_only_count_on_cuda():
     filename = __file__
     item_line = _line_containing(".item()  # sync-probe")
     to_line = _line_containing(".to(\"cpu\")  # transfer-probe")
-    assert FrameClassifier(cuda=False)._line_family(filename, item_line) is None
-    assert FrameClassifier(cuda=True)._line_family(filename, item_line) == (SYNC, "host read")
-    assert FrameClassifier(cuda=True)._line_family(filename, to_line) == (TRANSFER, "copy")
+    assert FrameClassifier(cuda=False).line_family(filename, item_line) is None
+    assert FrameClassifier(cuda=True).line_family(filename, item_line) == (SYNC, "host read")
+    assert FrameClassifier(cuda=True).line_family(filename, to_line) == (TRANSFER, "copy")
 
 
 def _probe_lines():

@@ -24,7 +24,6 @@ class OpCensus:
         self.steps_counted = 0
         self.total_ops = 0
         self.by_function: Counter[str] = Counter()
-        self.by_line: Counter[str] = Counter()
         self._mode: Any = None
         self._last_index = start_step
 
@@ -51,12 +50,10 @@ class OpCensus:
 
     def _count(self, frame: Any) -> None:
         self.total_ops += 1
-        code_info = self.classifier._code_info
+        code_info = self.classifier.code_info
         while frame is not None:
             if code_info(frame)[0]:
-                code = frame.f_code
-                self.by_function[function_key(code)] += 1
-                self.by_line[self.classifier.where(code.co_filename, frame.f_lineno or 0)] += 1
+                self.by_function[function_key(frame.f_code)] += 1
                 return
             frame = frame.f_back
 
@@ -69,6 +66,3 @@ class OpCensus:
             mode.__exit__(None, None, None)
         except Exception:  # noqa: BLE001 - the user's code may have left another mode on top
             pass
-
-    def ops_per_step(self, key: str) -> float:
-        return self.by_function.get(key, 0) / self.steps_counted if self.steps_counted else 0.0

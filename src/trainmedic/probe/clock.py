@@ -44,7 +44,6 @@ class StepClock:
         self.restarts = 0
         self.first_boundary_t: float | None = None
         self.last_boundary_t: float | None = None
-        self.steady_seconds = 0.0
         self.durations: Decimator[float] = Decimator(capacity)
         self.warmup_durations: list[float] = []
         #: Called on each boundary with the new step index (the op census uses it).
@@ -56,10 +55,6 @@ class StepClock:
     @property
     def steady_from(self) -> int:
         return self.warmup
-
-    @property
-    def completed(self) -> int:
-        return max(self.index, 0)
 
     def boundary(self, source: str, now: float | None = None) -> None:
         current = _PRIORITY.get(self.source or "", 0)
@@ -75,7 +70,6 @@ class StepClock:
             duration = t - self.last_boundary_t if self.last_boundary_t is not None else 0.0
             if self.index >= self.steady_from:
                 self.durations.add(self.index, duration)
-                self.steady_seconds += duration
             else:
                 self.warmup_durations.append(duration)
             self.index += 1
@@ -97,4 +91,3 @@ class StepClock:
         self.first_boundary_t = self.last_boundary_t = t
         self.durations.clear()
         self.warmup_durations.clear()
-        self.steady_seconds = 0.0

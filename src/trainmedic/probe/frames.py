@@ -110,7 +110,7 @@ class FrameClassifier:
         self._where_cache: dict[tuple[str, int], str] = {}
         self.cuda = cuda
 
-    def _code_info(self, frame: FrameType) -> tuple[bool, tuple[str, str] | None]:
+    def code_info(self, frame: FrameType) -> tuple[bool, tuple[str, str] | None]:
         code = frame.f_code
         info = self._code_cache.get(code)
         if info is None:
@@ -128,7 +128,7 @@ class FrameClassifier:
             text = self._where_cache[key] = f"{display_path(filename, self._cwd)}:{lineno}"
         return text
 
-    def _line_family(self, filename: str, lineno: int) -> tuple[str, str] | None:
+    def line_family(self, filename: str, lineno: int) -> tuple[str, str] | None:
         key = (filename, lineno)
         if key in self._line_cache:
             return self._line_cache[key]
@@ -153,7 +153,7 @@ class FrameClassifier:
         data_kind: str | None = None
         depth = 0
         while frame is not None and depth < 256:
-            is_user, family = self._code_info(frame)
+            is_user, family = self.code_info(frame)
             if is_user:
                 if user_frame is None:
                     user_frame = frame
@@ -177,7 +177,7 @@ class FrameClassifier:
             where = self.where(user_code.co_filename, user_frame.f_lineno or 0)
         if user_code is not None and (data_kind in ("loader", "transform") or (data_kind is None and decisive is None)):
             # The user's line is inside a C call (no frame of its own): its text is the witness.
-            line = self._line_family(user_code.co_filename, user_frame.f_lineno or 0)
+            line = self.line_family(user_code.co_filename, user_frame.f_lineno or 0)
             if data_kind is None:
                 decisive = line
             elif line is not None and line[0] == DATA:

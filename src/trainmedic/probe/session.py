@@ -30,7 +30,6 @@ class Measurements:
     step_source: str | None
     warmup: int
     steady_steps: int
-    steady_seconds: float
     durations: list[tuple[int, float]]
     warmup_durations: list[float]
     steady: Aggregate
@@ -38,13 +37,11 @@ class Measurements:
     setup: Aggregate
     per_step: list[tuple[int, list[float]]]
     ops_by_function: dict[str, int]
-    ops_by_line: dict[str, int]
     census_steps: int
     device: DeviceInfo
     sampler_interval_s: float
     samples: int
     sampler_busy_s: float
-    torch_hooked: bool
     notes: list[str] = field(default_factory=list)
 
 
@@ -136,7 +133,6 @@ class WatchSession:
             step_source=clock.source,
             warmup=clock.warmup,
             steady_steps=max(clock.index - clock.warmup, 0),
-            steady_seconds=clock.steady_seconds,
             durations=clock.durations.items(),
             warmup_durations=list(clock.warmup_durations),
             steady=recorder.steady,
@@ -144,13 +140,11 @@ class WatchSession:
             setup=recorder.setup,
             per_step=recorder.per_step.items(),
             ops_by_function=dict(self.census.by_function),
-            ops_by_line=dict(self.census.by_line),
             census_steps=self.census.steps_counted,
             device=device_probe.describe(self.nvml),
             sampler_interval_s=self.sampler.interval,
             samples=self.sampler.samples,
             sampler_busy_s=self.sampler.busy_seconds,
-            torch_hooked=self.hooks.installed,
         )
         return self._measurements
 
