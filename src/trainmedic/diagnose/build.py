@@ -13,6 +13,7 @@ from trainmedic.probe.recorder import SLOTS, Aggregate
 from trainmedic.probe.runner import RunOutcome
 from trainmedic.probe.session import Measurements
 from trainmedic.report.model import Finding, LineCost, Report, StepStats, TimelinePoint
+from trainmedic.units import format_seconds
 
 #: Findings below this share of the step are noise, not advice (TF Profiler's "moderately
 #: input-bound" starts at 5 %).
@@ -45,7 +46,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         warmup=m.warmup,
         source=m.step_source,
     )
-    mapping = resolve.slot_mapping(aggregate, costs)
+    mapping = resolve.slot_mapping(costs)
     timeline = _timeline(m, mapping, breakdown)
     growing = _growing_category(timeline) if steps.grows(durations) else None
     findings = _findings(costs, total, n_steps, stats, m, loops, growing)
@@ -107,7 +108,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
         ops = max((loop.ops_per_step for loop in loops.values()), default=0.0)
         ctx = Context(where, seconds / n_steps, stats.median_s, m.device.kind, ops, stats.growth)
         advice = RULES[category](kind, ctx)
-        evidence = [f"{share:.1%} of steady-state step time ({_seconds(seconds / n_steps)} of a {_seconds(stats.median_s)} median step)"]
+        evidence = [f"{share:.1%} of steady-state step time ({format_seconds(seconds / n_steps)} of a {format_seconds(stats.median_s)} median step)"]
         if where is not None and pool.get(where) and len(pool) > 1:
             evidence.append(f"{pool[where] / seconds:.0%} of it at {where}")
         if category == COMPUTE:
@@ -131,10 +132,6 @@ def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
         ))
     findings.sort(key=lambda f: f.share, reverse=True)
     return findings
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.1f} ms"
 
 
 def _timeline(m: Measurements, mapping, breakdown) -> list[TimelinePoint]:

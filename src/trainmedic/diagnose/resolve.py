@@ -28,6 +28,8 @@ _FIXED_KINDS = frozenset({"hdf5", "zarr", "database", "image decode", "disk"})
 
 @dataclass(frozen=True)
 class Cost:
+    #: The raw sampler slot it came from (a category, or a user-code pseudo-category).
+    slot: str
     category: str
     kind: str
     where: str | None
@@ -75,7 +77,7 @@ def resolve(
             category, kind = COMPUTE, "user code"
         if function in loops and category in (COMPUTE, DATA) and kind not in _FIXED_KINDS:
             category, kind = TINY_OPS, "per-sample loop"
-        costs.append(Cost(category, kind, where, function, weight))
+        costs.append(Cost(slot, category, kind, where, function, weight))
     return costs
 
 
@@ -85,14 +87,14 @@ def _unanchored(function: str | None, ops_by_function: dict[str, int]) -> tuple[
     return HOST_OTHER, "user code"
 
 
-def slot_mapping(aggregate: Aggregate, costs: list[Cost]) -> dict[str, dict[str, float]]:
+def slot_mapping(costs: list[Cost]) -> dict[str, dict[str, float]]:
     """For each raw slot, the fraction of its time that resolved into each category.
 
     Applied to per-step slot vectors, this gives the timeline the same resolution as the total.
     """
     by_slot: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for ((slot, *_rest), weight), cost in zip(aggregate.lines.items(), costs):
-        by_slot[slot][cost.category] += weight
+    for cost in costs:
+        by_slot[cost.slot][cost.category] += cost.seconds
     mapping = {}
     for slot, spread in by_slot.items():
         total = sum(spread.values())

@@ -24,12 +24,10 @@ def percentile(values: list[float], q: float) -> float:
 
 def growth(durations: list[float]) -> float:
     """Median of the last quarter of steps over the median of the first quarter (1.0 if too few)."""
-    if len(durations) < _MIN_STEPS_FOR_GROWTH:
+    medians = quarter_medians(durations)
+    if not medians or medians[0] <= 0:
         return 1.0
-    quarter = len(durations) // 4
-    first = statistics.median(durations[:quarter])
-    last = statistics.median(durations[-quarter:])
-    return last / first if first > 0 else 1.0
+    return medians[-1] / medians[0]
 
 
 def quarters(values: list[float]) -> tuple[float, float]:
@@ -51,6 +49,6 @@ def quarter_medians(durations: list[float]) -> list[float]:
 def grows(durations: list[float]) -> bool:
     """A trend, not a blip: the ratio is past the flag *and* every quarter is slower than the last."""
     medians = quarter_medians(durations)
-    if not medians or growth(durations) < GROWTH_FLAG:
+    if not medians or medians[0] <= 0 or medians[-1] / medians[0] < GROWTH_FLAG:
         return False
     return all(later >= earlier * STEADY_RISE for earlier, later in zip(medians, medians[1:]))

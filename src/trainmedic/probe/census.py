@@ -22,7 +22,6 @@ class OpCensus:
         self.start_step = start_step
         self.end_step = start_step + steps
         self.steps_counted = 0
-        self.total_ops = 0
         self.by_function: Counter[str] = Counter()
         self._mode: Any = None
         self._last_index = start_step
@@ -49,7 +48,6 @@ class OpCensus:
         self._mode.__enter__()
 
     def _count(self, frame: Any) -> None:
-        self.total_ops += 1
         code_info = self.classifier.code_info
         while frame is not None:
             if code_info(frame)[0]:

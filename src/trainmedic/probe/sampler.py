@@ -5,9 +5,8 @@ A daemon thread wakes every ``interval`` seconds on average (jittered by ±50 %)
 it to the :class:`Recorder`. Each sample is weighted by the wall time since the previous one,
 so a wait that held the GIL longer than one interval is still counted in full.
 
-At the default 10 ms the sampler thread uses about 1-2 % of one core (~150 us a sample, most of
-it while the training thread is in GIL-free kernels), and a step-bound training loop runs
-+0.6 % slower (``benchmarks/overhead.py``).
+At the default 10 ms the sampler thread uses about 1.4 % of one core (~145 us a sample), and a
+step-bound training loop runs no measurably slower: within ±2 % (``benchmarks/overhead.py``).
 """
 
 from __future__ import annotations

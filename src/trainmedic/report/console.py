@@ -15,6 +15,7 @@ from rich.text import Text
 
 from trainmedic.categories import CATEGORIES
 from trainmedic.report.model import Finding, Report
+from trainmedic.units import format_seconds
 
 STYLES = {
     "data": "bold red",
@@ -55,7 +56,7 @@ def _header(report: Report) -> Text:
         text.append(f" ({report.message})", style="yellow")
     text.append(f"\ndevice:  {report.device.kind} · {report.device.name}\n")
     text.append(f"steps:   {s.count} steady-state + {s.warmup} warm-up, marked by {s.source or 'nothing'}\n")
-    text.append(f"step:    median {_duration(s.median_s)} · p90 {_duration(s.p90_s)} · growth {s.growth:.2f}x")
+    text.append(f"step:    median {format_seconds(s.median_s)} · p90 {format_seconds(s.p90_s)} · growth {s.growth:.2f}x")
     text.append(f"\nwall:    {report.wall_s:.2f} s, of which set-up {report.setup_s:.2f} s")
     return text
 
@@ -97,14 +98,8 @@ def _lines(report: Report) -> Table:
     table.add_column("share", justify="right")
     for line in report.lines:
         label = f"{line.category}/{line.kind}" if line.kind else line.category
-        table.add_row(line.where, label, _duration(line.seconds_per_step), f"{line.share:.1%}")
+        table.add_row(line.where, label, format_seconds(line.seconds_per_step), f"{line.share:.1%}")
     return table
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    return f"{seconds * 1e3:.1f} ms"
 
 
 def _speedup(value: float | None) -> str:
