@@ -10,7 +10,7 @@ from trainmedic.probe.session import Measurements
 from trainmedic.report.model import DeviceInfo
 
 
-def make_measurements(lines, durations, ops_by_function=None, census_steps=0, per_step=None):
+def make_measurements(lines, durations, ops_by_function=None, census_steps=0, per_step=None, cpu_durations=None):
     steady = Aggregate()
     for (slot, kind, where, function), seconds in lines.items():
         steady.add((slot, kind, where, function), seconds, samples=max(int(seconds / 0.01), 1))
@@ -22,6 +22,7 @@ def make_measurements(lines, durations, ops_by_function=None, census_steps=0, pe
         steady_steps=len(durations),
         durations=list(enumerate(durations, start=3)),
         warmup_durations=durations[:1] * 3,
+        cpu_durations=list(enumerate(durations if cpu_durations is None else cpu_durations, start=3)),
         steady=steady,
         warm=Aggregate(),
         setup=Aggregate(),

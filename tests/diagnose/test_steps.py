@@ -24,3 +24,10 @@ def test_a_steady_rise_is_flagged_but_a_burst_of_noise_is_not():
 def test_percentile_interpolates():
     assert steps.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == pytest.approx(4.6)
     assert steps.percentile([], 0.9) == 0.0
+
+
+def test_a_machine_that_slows_down_is_not_a_growing_step():
+    wall = [0.02 + 0.001 * i for i in range(40)]
+    assert steps.grows(wall, cpu_durations=[w * 1.5 for w in wall])  # more work per step
+    assert not steps.grows(wall, cpu_durations=[0.02] * 40)  # same work, longer waits
+    assert steps.grows(wall, cpu_durations=None)  # on CUDA, CPU time says nothing

@@ -42,3 +42,10 @@ def test_anchor_resets_at_each_boundary():
     assert clock.anchored
     clock.boundary(OPTIMIZER, now=1.0)
     assert not clock.anchored
+
+
+def test_cpu_time_per_step_is_kept_beside_wall_time():
+    clock = StepClock(warmup=0)
+    for t, cpu in [(0.0, 10.0), (1.0, 10.5), (2.0, 10.7)]:
+        clock.boundary(OPTIMIZER, now=t, cpu_now=cpu)
+    assert clock.cpu_durations.items() == [(0, 0.5), (1, pytest.approx(0.2))]

@@ -48,7 +48,8 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     )
     mapping = resolve.slot_mapping(costs)
     timeline = _timeline(m, mapping, breakdown)
-    growing = _growing_category(timeline) if steps.grows(durations) else None
+    cpu = [c for _, c in m.cpu_durations] if m.device.kind != "cuda" else None
+    growing = _growing_category(timeline) if steps.grows(durations, cpu) else None
     findings = _findings(costs, total, n_steps, stats, m, loops, growing)
 
     return Report(

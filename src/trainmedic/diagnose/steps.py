@@ -9,6 +9,10 @@ GROWTH_FLAG = 1.3
 #: ...when every quarter of the run is also at least this much slower than the one before, so
 #: that a burst of noise from a shared machine at the end of a run is not called a trend.
 STEADY_RISE = 1.05
+#: ...and, where CPU time says anything (not on CUDA, where the host waits on the device), the
+#: process's CPU time per step grew too: a shared machine that slows down mid-run stretches wall
+#: time while the work per step stays the same.
+CPU_GROWTH_FLAG = 1.2
 _MIN_STEPS_FOR_GROWTH = 8
 
 
@@ -46,9 +50,12 @@ def quarter_medians(durations: list[float]) -> list[float]:
     return [statistics.median(durations[i * q:(i + 1) * q]) for i in range(3)] + [statistics.median(durations[-q:])]
 
 
-def grows(durations: list[float]) -> bool:
-    """A trend, not a blip: the ratio is past the flag *and* every quarter is slower than the last."""
+def grows(durations: list[float], cpu_durations: list[float] | None = None) -> bool:
+    """A trend, not a blip: the ratio is past the flag *and* every quarter is slower than the last,
+    and the step does more work (CPU time), not just waits longer for a busy machine."""
     medians = quarter_medians(durations)
     if not medians or medians[0] <= 0 or medians[-1] / medians[0] < GROWTH_FLAG:
         return False
-    return all(later >= earlier * STEADY_RISE for earlier, later in zip(medians, medians[1:]))
+    if not all(later >= earlier * STEADY_RISE for earlier, later in zip(medians, medians[1:])):
+        return False
+    return not cpu_durations or growth(cpu_durations) >= CPU_GROWTH_FLAG

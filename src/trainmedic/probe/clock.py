@@ -45,6 +45,10 @@ class StepClock:
         self.first_boundary_t: float | None = None
         self.last_boundary_t: float | None = None
         self.durations: Decimator[float] = Decimator(capacity)
+        #: Process CPU seconds per steady step, same indices as ``durations``: a step that takes
+        #: longer because a neighbour took the CPU is not a step that does more work.
+        self.cpu_durations: Decimator[float] = Decimator(capacity)
+        self.last_cpu_t: float | None = None
         self.warmup_durations: list[float] = []
         #: Called on each boundary with the new step index (the op census uses it).
         self.listeners: list[Callable[[int], None]] = []
@@ -56,7 +60,7 @@ class StepClock:
     def steady_from(self) -> int:
         return self.warmup
 
-    def boundary(self, source: str, now: float | None = None) -> None:
+    def boundary(self, source: str, now: float | None = None, cpu_now: float | None = None) -> None:
         current = _PRIORITY.get(self.source or "", 0)
         priority = _PRIORITY[source]
         if priority < current:
@@ -64,16 +68,19 @@ class StepClock:
         if self.before_boundary is not None:
             self.before_boundary()
         t = time.perf_counter() if now is None else now
+        cpu = time.process_time() if cpu_now is None else cpu_now
         if priority > current:
             self._restart(source, t)
         else:
             duration = t - self.last_boundary_t if self.last_boundary_t is not None else 0.0
             if self.index >= self.steady_from:
                 self.durations.add(self.index, duration)
+                self.cpu_durations.add(self.index, cpu - (self.last_cpu_t if self.last_cpu_t is not None else cpu))
             else:
                 self.warmup_durations.append(duration)
             self.index += 1
             self.last_boundary_t = t
+        self.last_cpu_t = cpu
         self.anchored = False
         for listener in self.listeners:
             listener(self.index)
@@ -90,4 +97,5 @@ class StepClock:
         self.index = 0
         self.first_boundary_t = self.last_boundary_t = t
         self.durations.clear()
+        self.cpu_durations.clear()
         self.warmup_durations.clear()

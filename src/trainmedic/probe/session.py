@@ -32,6 +32,7 @@ class Measurements:
     steady_steps: int
     durations: list[tuple[int, float]]
     warmup_durations: list[float]
+    cpu_durations: list[tuple[int, float]]
     steady: Aggregate
     warm: Aggregate
     setup: Aggregate
@@ -135,6 +136,7 @@ class WatchSession:
             steady_steps=max(clock.index - clock.warmup, 0),
             durations=clock.durations.items(),
             warmup_durations=list(clock.warmup_durations),
+            cpu_durations=clock.cpu_durations.items(),
             steady=recorder.steady,
             warm=recorder.warm,
             setup=recorder.setup,
