@@ -146,3 +146,15 @@ def gpu() -> dict[str, Any] | None:
     except Exception:  # noqa: BLE001, S110 - nvidia-smi is optional
         pass
     return info
+
+
+def system_busy_s() -> float | None:
+    """Busy CPU seconds of the whole machine since boot, from /proc/stat (other load on a shared box)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")

@@ -93,12 +93,12 @@ def workload_command(prefix: list[str], steps: int, mark_step: int, out: Path, e
 def run_once(arm: str, prefix: list[str], args: argparse.Namespace, tmp: Path, tag: str) -> dict[str, Any]:
     out = tmp / f"{tag}.json"
     command = workload_command(prefix, args.steps, args.warmup, out)
-    busy_before, children_before = _system_busy_s(), _children_cpu_s()
+    busy_before, children_before = _env.system_busy_s(), _children_cpu_s()
     started = time.perf_counter()
     done = subprocess.run(command, check=False, cwd=_env.REPO, env={**os.environ, **CHILD_ENV}, capture_output=True, text=True, timeout=600)
     process_wall = time.perf_counter() - started
     own_cpu = _children_cpu_s() - children_before
-    busy = _system_busy_s() - busy_before if busy_before is not None else None
+    busy = _env.system_busy_s() - busy_before if busy_before is not None else None
     if done.returncode != 0 or not out.exists():
         raise SystemExit(f"overhead: {arm} run failed (exit {done.returncode}): {' '.join(command)}\n{done.stderr[-3000:]}")
     record = json.loads(out.read_text(encoding="utf-8"))
@@ -539,18 +539,6 @@ def _bootstrap_median_ci(values: list[float], resamples: int = 2000, seed: int =
     n = len(values)
     medians = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(resamples))
     return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
-
-
-def _system_busy_s() -> float | None:
-    """Busy CPU seconds of the whole machine since boot, from /proc/stat."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
-    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def _children_cpu_s() -> float:

@@ -7,7 +7,13 @@ a message and an exit code. Every message names the bad value, what was expected
     ├── ScriptError            the thing to run cannot be run
     │   ├── ScriptNotFoundError
     │   └── NotPythonError
-    └── WatchError             a watch session was used the wrong way
+    ├── WatchError             a watch session was used the wrong way
+    ├── MissingExtraError      an optional dependency is not installed (names the extra)
+    └── DataError              trainmedic.data cannot serve a source as asked
+        ├── SourceError        the source cannot be opened or read
+        ├── FieldError         a field is missing, ragged, of another length or of no numeric dtype
+        ├── TierError          a forced tier does not fit (names the sizes and the tier that would)
+        └── ResumeError        a state_dict does not belong to this loader
 """
 
 from __future__ import annotations
@@ -34,3 +40,45 @@ class NotPythonError(ScriptError):
 
 class WatchError(TrainmedicError):
     """A watch session was started twice, or stopped before it started."""
+
+
+class MissingExtraError(TrainmedicError, ImportError):
+    """An optional dependency is missing; the message names the ``pip install`` extra."""
+
+    def __init__(self, module: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the Python package {module!r}, which is not installed. "
+            f"Install it with: pip install 'trainmedic[{extra}]'"
+        )
+        self.module = module
+        self.extra = extra
+
+
+def require(module: str, extra: str, purpose: str):
+    """Import an optional dependency, or raise MissingExtraError naming the extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(module, extra, purpose) from exc
+
+
+class DataError(TrainmedicError):
+    """``trainmedic.data`` cannot serve a source as asked."""
+
+
+class SourceError(DataError):
+    """The source cannot be opened or read: missing path, unknown kind, bad query."""
+
+
+class FieldError(DataError):
+    """A field is missing, ragged, of another length than the others, or of no numeric dtype."""
+
+
+class TierError(DataError):
+    """A forced tier does not fit; the message gives the sizes and the tier that would."""
+
+
+class ResumeError(DataError):
+    """A ``state_dict`` given to ``load_state_dict`` was taken from a different loader."""

@@ -3,7 +3,7 @@ import re
 import time
 
 
-def test_demo_diagnoses_the_starved_loop_and_measures_the_fix(tm):
+def test_demo_diagnoses_the_starved_loop_and_measures_the_data_load_fix(tm):
     started = time.perf_counter()
     result = tm("demo", "--json", "demo.json", "--html", "demo.html")
     elapsed = time.perf_counter() - started
@@ -12,8 +12,44 @@ def test_demo_diagnoses_the_starved_loop_and_measures_the_fix(tm):
     report = json.loads((tm.cwd / "demo.json").read_text())
     assert report["bottleneck"] == "data"
     top = report["findings"][0]
-    assert (top["kind"], top["where"]) == ("database", "starved_train.py:42")
-    measured = re.search(r"Measured: median step [\d.]+ ms -> [\d.]+ ms, ([\d.]+)x faster", result.stderr)
-    assert measured, result.stderr[-2000:]
-    assert float(measured.group(1)) > 2.0
+    assert (top["kind"], top["where"]) == ("database", "starved_train.py:55")
+    # The diagnosis recommends the exact call the fixed loop then makes.
+    call = re.fullmatch(
+        r'data\.load\("sqlite:///(/\S+/signals\.db)", query="SELECT features, label FROM samples", '
+        r'schema=\{"features": \("float32", \(256,\)\)\}, batch_size=256\)',
+        top["suggestion"],
+    )
+    assert call, top["suggestion"]
+    text = " ".join(result.stderr.split())  # the console wraps long lines
+    assert "--trainmedic-data: the same loop on " + top["suggestion"] in text
+    assert "The fixed loop makes exactly the data.load call the report suggested." in text
+    measured = re.search(
+        r"Measured in this run: starved loop ([\d.]+) steps/s \(median step ([\d.]+) ms\) -> "
+        r"data\.load loop ([\d.]+) steps/s \(median step ([\d.]+) ms\): ([\d.]+)x faster",
+        text,
+    )
+    assert measured, text[-2000:]
+    before, after, speedup = float(measured.group(1)), float(measured.group(3)), float(measured.group(5))
+    assert after > before and speedup > 2.0
+    assert abs(after / before - speedup) < 0.15 * speedup
+    assert re.search(r"Data share of the step: \d+% -> \d+%", text)
     assert (tm.cwd / "demo.html").stat().st_size > 1000
+    assert "data.load(&quot;sqlite:///" in (tm.cwd / "demo.html").read_text()
+
+
+def test_without_sqlalchemy_the_demo_runs_the_fix_by_hand(monkeypatch, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from trainmedic import demo
+    from trainmedic.cli.demo import run_demo
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(demo, "can_use_trainmedic_data", lambda: False)
+    out = io.StringIO()
+    assert run_demo(8, None, None, Console(file=out, width=200, color_system=None)) == 0
+    text = out.getvalue()
+    assert "pip install 'trainmedic[sql]'" in text and "--preload" in text
+    assert re.search(r"-> preloaded loop [\d.]+ steps/s", text)
+    assert "exactly the data.load call" not in text

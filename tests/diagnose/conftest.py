@@ -7,10 +7,12 @@ import pytest
 from trainmedic.probe.recorder import Aggregate
 from trainmedic.probe.runner import RunOutcome
 from trainmedic.probe.session import Measurements
+from trainmedic.probe.sources import Sources
 from trainmedic.report.model import DeviceInfo
 
 
-def make_measurements(lines, durations, ops_by_function=None, census_steps=0, per_step=None, cpu_durations=None):
+def make_measurements(lines, durations, ops_by_function=None, census_steps=0, per_step=None, cpu_durations=None,
+                      sources=None):
     steady = Aggregate()
     for (slot, kind, where, function), seconds in lines.items():
         steady.add((slot, kind, where, function), seconds, samples=max(int(seconds / 0.01), 1))
@@ -33,6 +35,7 @@ def make_measurements(lines, durations, ops_by_function=None, census_steps=0, pe
         sampler_interval_s=0.01,
         samples=steady.samples,
         sampler_busy_s=0.01,
+        sources=sources if sources is not None else Sources(),
     )
 
 

@@ -132,3 +132,43 @@ def test_user_files_exclude_libraries_and_trainmedic():
 
     assert not is_user_file(frames.__file__)
     assert not is_user_file("<string>")
+
+
+def _frames_inside_trainmedic_data(classifiers):
+    """Classify the stack at trainmedic.data's copy module, while the test iterates a loader.
+
+    A profile hook sees the first C call (the gather, whatever does it) made from a frame of
+    ``trainmedic.data.transfer``; that frame is live, so it is classified right there.
+    """
+    import numpy as np
+
+    from trainmedic import data
+
+    captured = {}
+
+    def profile(frame, event, arg):
+        if event == "c_call" and not captured and frame.f_globals.get("__name__") == "trainmedic.data.transfer":
+            captured.update({name: c.classify(frame) for name, c in classifiers.items()})
+
+    loader = data.load({"x": np.zeros((8, 2), np.float32)}, batch_size=4, progress=False)
+    where = _here(3)
+    sys.setprofile(profile)
+    try:
+        for _ in loader:
+            pass
+    finally:
+        sys.setprofile(None)
+    return captured, where
+
+
+def test_time_inside_trainmedic_data_is_a_data_wait_at_the_users_for_line():
+    captured, where = _frames_inside_trainmedic_data({"cpu": FrameClassifier(cuda=False)})
+    result = captured["cpu"]
+    # On a CPU there is no copy: trainmedic.data.transfer only gathers the batch.
+    assert (result.category, result.kind, result.where) == (DATA, "loader", where)
+
+
+def test_trainmedic_datas_copy_module_is_transfer_on_cuda_even_inside_the_loader():
+    captured, where = _frames_inside_trainmedic_data({"cuda": FrameClassifier(cuda=True)})
+    result = captured["cuda"]
+    assert (result.category, result.kind, result.where) == (TRANSFER, "copy", where)

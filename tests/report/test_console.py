@@ -43,3 +43,17 @@ def render(report: Report) -> str:
 
 def test_seed_000_report_renders_exactly():
     assert render(seed_000_report()) == EXPECTED.read_text(encoding="utf-8")
+
+
+def test_a_suggested_call_gets_its_own_row_and_brackets_survive():
+    report = seed_000_report()
+    f = report.findings[0]
+    report.findings[0] = Finding(
+        f.category, f.share, f.title, f.evidence, f.where,
+        "Load it once: `x = f['x'][:]`, then `x[idx]` per step.", f.expected_speedup, f.ceiling, f.kind,
+        suggestion='data.load("/data/rx.h5", fields=["x", "y"], batch_size=64)',
+    )
+    text = render(report)
+    assert "`x = f['x'][:]`, then `x[idx]` per step." in text  # not read as rich markup
+    assert '    call      data.load("/data/rx.h5", fields=["x", "y"], batch_size=64)\n' in text
+    assert text.index("    fix ") < text.index("    call ") < text.index("    buys ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -256,3 +257,12 @@ def test_large_and_empty_reports_render_in_chromium(driver, tmp_path):
     assert driver.execute_script("return window.__xss === undefined && document.scripts.length === 0")
     assert _severe(driver) == []
     driver.save_screenshot(str(tmp_path / "empty.png"))
+
+
+def test_a_suggested_call_is_shown_escaped_under_the_fix():
+    r = data_bound_report()
+    r.findings = [dataclasses.replace(r.findings[0], suggestion='data.load("/d/<x>.h5", fields=["x"], batch_size=64)')]
+    page = render_html(r)
+    assert '<dt>call</dt><dd><code class="cmd">data.load(&quot;/d/&lt;x&gt;.h5&quot;, fields=[&quot;x&quot;], batch_size=64)</code></dd>' in page
+    assert page.index("<dt>fix</dt>") < page.index("<dt>call</dt>") < page.index("<dt>expected speedup</dt>")
+    assert "<dt>call</dt>" not in render_html(data_bound_report())

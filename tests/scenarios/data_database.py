@@ -10,7 +10,7 @@ full table scan. (A seeded sampler + ``IN (...)`` keeps the run deterministic; a
 Fix: load the split into memory once (one query at start-up) and index tensors per batch.
 """
 
-EXPECT = {"bottleneck": "data", "kind": "database"}
+EXPECT = {"bottleneck": "data", "kind": "database", "suggests": """query="SELECT features, lat, lon FROM measurements WHERE split = 'train'", schema={"features": ("float32", (448,))}, batch_size=256)"""}
 
 import argparse
 import os

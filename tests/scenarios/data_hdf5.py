@@ -10,7 +10,7 @@ The model here (a tiny per-resource-element MLP "neural receiver") is deliberate
 the step is dominated by the HDF5 read.
 """
 
-EXPECT = {"bottleneck": "data", "kind": "hdf5"}
+EXPECT = {"bottleneck": "data", "kind": "hdf5", "suggests": '/pusch_dataset.h5", fields=["y_received", "bits"], batch_size=64)'}
 
 import argparse
 import os

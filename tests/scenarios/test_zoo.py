@@ -63,6 +63,11 @@ def test_cpu_scenario_is_diagnosed_at_the_right_line(script, tmp_path):
         assert top["kind"] == expect["kind"], report["findings"]
     assert top["where"] == where, report["lines"]
     assert top["expected_speedup"] > 1.0 or expect["bottleneck"] == "compute"
+    for category, limit in expect.get("max_share", {}).items():
+        assert report["breakdown"][category] <= limit, summary
+    if expect.get("suggests"):
+        # The exact data.load call for the script's own source (paths are temporary: a fragment).
+        assert expect["suggests"] in (top.get("suggestion") or ""), top
     if expect.get("growth"):
         assert report["steps"]["growth"] >= 1.3
         assert "grew" in top["evidence"]

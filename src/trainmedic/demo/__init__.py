@@ -1,11 +1,13 @@
 """The embedded demo: a small SQLite dataset and a training script that starves on it.
 
 The script reproduces seed 003 (one database round trip per batch kept a GPU at 8-30 %);
-with ``--preload`` it runs the fix (one query, then batches indexed from memory).
+with ``--trainmedic-data`` it runs the same loop on ``trainmedic.data.load`` (one read of the
+table, then batches gathered from RAM), the call the diagnosis recommends.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import sqlite3
 from pathlib import Path
@@ -15,6 +17,8 @@ import numpy as np
 SCRIPT = Path(__file__).with_name("starved_train.py")
 FEATURES = 256
 CLASSES = 10
+BATCH_SIZE = 256
+QUERY = "SELECT features, label FROM samples"
 
 
 def make_dataset(path: Path, rows: int = 20_000, seed: int = 0) -> Path:
@@ -41,3 +45,16 @@ def copy_script(folder: Path) -> Path:
     target = folder / SCRIPT.name
     shutil.copyfile(SCRIPT, target)
     return target
+
+
+def fixed_call(db: Path) -> str:
+    """The ``data.load`` call the script's ``--trainmedic-data`` path makes, as source text."""
+    return (
+        f'data.load("sqlite:///{db}", query="{QUERY}", schema={{"features": ("float32", ({FEATURES},))}}, '
+        f"batch_size={BATCH_SIZE})"
+    )
+
+
+def can_use_trainmedic_data() -> bool:
+    """``data.load`` reads SQL through SQLAlchemy, an optional extra (``trainmedic[sql]``)."""
+    return importlib.util.find_spec("sqlalchemy") is not None

@@ -1,9 +1,12 @@
 """A small classifier trained from an SQLite table, the way seed 003 did it: one query per batch.
 
-Run it with --preload for the fix: one query before training, then batches indexed in memory.
+Run it with --trainmedic-data for the fix: the same loop on batches that trainmedic.data serves
+from RAM after one read of the table (--preload does the same by hand: one query, then batches
+indexed in memory).
 """
 
 import argparse
+import itertools
 import sqlite3
 
 import numpy as np
@@ -14,6 +17,7 @@ parser.add_argument("--db", required=True)
 parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--batch-size", type=int, default=256)
 parser.add_argument("--preload", action="store_true")
+parser.add_argument("--trainmedic-data", action="store_true")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -29,7 +33,16 @@ def decode(rows):
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
-if args.preload:
+if args.trainmedic_data:
+    from trainmedic import data
+
+    loader = data.load(f"sqlite:///{args.db}", query="SELECT features, label FROM samples",
+                       schema={"features": ("float32", (256,))}, batch_size=args.batch_size)
+    batches = (batch for _ in itertools.count() for batch in loader)  # epoch after epoch, reshuffled
+
+    def next_batch():
+        return next(batches)
+elif args.preload:
     X, Y = decode(conn.execute("SELECT features, label FROM samples").fetchall())
     generator = torch.Generator().manual_seed(0)
 

@@ -107,7 +107,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
         if grows and kind == resolve.BATCH_PREPARATION:
             kind = "pool"  # batch preparation that gets slower every step: a growing structure
         ops = max((loop.ops_per_step for loop in loops.values()), default=0.0)
-        ctx = Context(where, seconds / n_steps, stats.median_s, m.device.kind, ops, stats.growth)
+        ctx = Context(where, seconds / n_steps, stats.median_s, m.device.kind, ops, stats.growth, m.sources)
         advice = RULES[category](kind, ctx)
         evidence = [f"{share:.1%} of steady-state step time ({format_seconds(seconds / n_steps)} of a {format_seconds(stats.median_s)} median step)"]
         if where is not None and pool.get(where) and len(pool) > 1:
@@ -130,6 +130,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
             expected_speedup=round(amdahl.expected_speedup(share, advice.factor), 2),
             ceiling=round(amdahl.ceiling(share), 2),
             kind=kind,
+            suggestion=advice.suggestion,
         ))
     findings.sort(key=lambda f: f.share, reverse=True)
     return findings

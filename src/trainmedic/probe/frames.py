@@ -7,6 +7,10 @@ A frame is *user code* when its file lies outside the interpreter's library fold
 site-packages and trainmedic itself. Library frames are recognised by module name (more robust
 than paths across venvs): the innermost decisive library on the stack says what the user's line
 is waiting on — an h5py read, a database round trip, a collate, a forward pass, a logging call.
+
+trainmedic's own data loader is one of those libraries: time under ``trainmedic.data`` is a
+``data`` wait at the user's ``for batch in loader`` line, except its host-to-device copies
+(``trainmedic.data.transfer`` on a CUDA run), which are ``transfer``.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ _LIBRARIES: tuple[tuple[str, str, str], ...] = (
     ("torch.utils.data._utils.collate", DATA, "collate"),
     ("torch.utils.data", DATA, "loader"),
     ("trainmedic.data", DATA, "loader"),
+    # trainmedic.data's host-to-device copies; on a CPU run that module only gathers (see below).
+    ("trainmedic.data.transfer", TRANSFER, "copy"),
     ("torch.nn", COMPUTE, "forward"),
     ("torch.autograd", COMPUTE, "backward"),
     ("torch._tensor", COMPUTE, "backward"),
@@ -66,6 +72,8 @@ _LIBRARIES: tuple[tuple[str, str, str], ...] = (
 _FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("torch.serialization", "load"): (DATA, "disk"),
 }
+
+_LOADER_COPY = (TRANSFER, "copy")
 
 # Data kinds more specific than the loader that calls them: a sample inside
 # DataLoader -> Dataset.__getitem__ -> h5py is an HDF5 wait, not a "loader" wait.
@@ -117,6 +125,8 @@ class FrameClassifier:
             filename = code.co_filename
             module = frame.f_globals.get("__name__") or ""
             family = _FUNCTIONS.get((module, code.co_name)) or (_family(module) if isinstance(module, str) else None)
+            if family == _LOADER_COPY and not self.cuda:
+                family = (DATA, "loader")  # no device to copy to: the module only gathers the batch
             is_user = family is None and _is_user_file(filename, self._roots)
             info = self._code_cache[code] = (is_user, family)
         return info
@@ -151,6 +161,7 @@ class FrameClassifier:
         user_frame: FrameType | None = None
         decisive: tuple[str, str] | None = None
         data_kind: str | None = None
+        copying = False  # a host-to-device copy is the innermost library work, even inside a loader
         depth = 0
         while frame is not None and depth < 256:
             is_user, family = self.code_info(frame)
@@ -167,6 +178,7 @@ class FrameClassifier:
                         data_kind = kind
                 elif decisive is None:
                     decisive = family  # the innermost non-data library says what the wait is
+                    copying = category == TRANSFER and data_kind is None
             frame = frame.f_back
             depth += 1
 
@@ -182,6 +194,8 @@ class FrameClassifier:
                 decisive = line
             elif line is not None and line[0] == DATA:
                 data_kind = line[1]  # a database query inside Dataset.__getitem__
+        if copying and decisive is not None:
+            return Classified(decisive[0], decisive[1], where, user_code)
         if data_kind is not None:
             return Classified(DATA, data_kind, where, user_code)
         if decisive is not None:

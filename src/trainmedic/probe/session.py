@@ -18,6 +18,7 @@ from trainmedic.probe.frames import FrameClassifier
 from trainmedic.probe.hooks import TorchHooks
 from trainmedic.probe.recorder import Aggregate, Recorder
 from trainmedic.probe.sampler import DEFAULT_INTERVAL_S, StackSampler
+from trainmedic.probe.sources import SourceRecorder, Sources
 from trainmedic.report.model import DeviceInfo
 
 DEFAULT_WARMUP = 3  # step 0 (allocator, autotuning, lazy init) and two op-census steps
@@ -44,6 +45,8 @@ class Measurements:
     samples: int
     sampler_busy_s: float
     notes: list[str] = field(default_factory=list)
+    #: The files, databases and datasets the script read its data from (see probe/sources.py).
+    sources: Sources = field(default_factory=Sources)
 
 
 _active: "WatchSession | None" = None
@@ -70,6 +73,7 @@ class WatchSession:
         self.classifier = FrameClassifier(cwd=cwd)
         self.sampler = StackSampler(self.clock, self.recorder, self.classifier, interval=interval)
         self.hooks = TorchHooks(self.clock)
+        self.sources = SourceRecorder()
         self.census = OpCensus(self.classifier, start_step=1, steps=max(warmup - 1, 0))
         self.nvml: device_probe.NvmlSampler | None = None
         self.sync_cuda_steps = sync_cuda_steps
@@ -88,6 +92,7 @@ class WatchSession:
         self._started_at = time.perf_counter()
         self.hooks.on_install.append(lambda torch: self.clock.listeners.append(self._on_step))
         self.hooks.install()
+        self.sources.install()
         self.sampler.start()
         return self
 
@@ -120,6 +125,7 @@ class WatchSession:
         self.sampler.stop()
         self.census.stop()
         self.hooks.uninstall()
+        self.sources.uninstall()
         if self.nvml is not None:
             self.nvml.stop()
         self.recorder.close()
@@ -147,6 +153,7 @@ class WatchSession:
             sampler_interval_s=self.sampler.interval,
             samples=self.sampler.samples,
             sampler_busy_s=self.sampler.busy_seconds,
+            sources=self.sources.snapshot(model_batch=self.hooks.batch_size()),
         )
         return self._measurements
 

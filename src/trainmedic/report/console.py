@@ -83,9 +83,12 @@ def _finding(rank: int, f: Finding) -> Group:
     body = Table.grid(padding=(0, 1))
     body.add_column(width=9, style="dim")
     body.add_column(overflow="fold")
-    body.add_row("evidence", f.evidence)
-    body.add_row("where", f.where or "no line of yours: the time is spent outside your code")
-    body.add_row("fix", f.fix)
+    # Text, not str: rich would read `x[idx]` in a fix as markup and drop the brackets.
+    body.add_row("evidence", Text(f.evidence))
+    body.add_row("where", Text(f.where or "no line of yours: the time is spent outside your code"))
+    body.add_row("fix", Text(f.fix))
+    if f.suggestion:
+        body.add_row("call", Text(f.suggestion, style="bold"))
     body.add_row("buys", f"{_speedup(f.expected_speedup)} expected, ceiling {_speedup(f.ceiling)} (Amdahl)")
     return Group(Padding(head, (0, 0, 0, 1)), Padding(body, (0, 0, 0, 4)))
 

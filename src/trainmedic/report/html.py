@@ -252,13 +252,14 @@ def _findings(findings: list[Finding]) -> str:
         speed = f"×{f.expected_speedup:.1f}" if _finite(f.expected_speedup) else "unbounded"
         kind = f" / {_e(f.kind)}" if f.kind else ""
         where = f"<code>{_e(f.where)}</code>" if f.where else "—"
+        call = f'<dt>call</dt><dd><code class="cmd">{_e(f.suggestion)}</code></dd>' if f.suggestion else ""
         cards.append(
             f'<article class="finding" style="border-left-color:{col}"><header>'
             f'<span class="share" style="color:{_readable(col)}">{_pct(f.share)}</span>'
             f"<h3>{_e(f.title)}</h3></header><dl>"
             f'<dt>category</dt><dd><span class="sw" style="background:{col}"></span> {_e(f.category)}{kind}</dd>'
             f"<dt>evidence</dt><dd>{_e(f.evidence)}</dd><dt>where</dt><dd>{where}</dd>"
-            f"<dt>fix</dt><dd>{_e(f.fix)}</dd><dt>expected speedup</dt>"
+            f"<dt>fix</dt><dd>{_e(f.fix)}</dd>{call}<dt>expected speedup</dt>"
             f'<dd class="speedup">{speed} (ceiling {ceiling})</dd></dl></article>'
         )
     return f'<section><h2>Findings</h2>{"".join(cards)}</section>'

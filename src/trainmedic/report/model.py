@@ -1,8 +1,8 @@
 """The Report: what ``trainmedic run`` and ``trainmedic.watch()`` conclude about a training job.
 
 The JSON form (schema ``trainmedic.report/1``) is a contract other tools read: the keys named in
-the schema never change meaning. Keys may be added (``timeline``, ``lines``, ``notes`` ...);
-a change to an existing key bumps the schema version.
+the schema never change meaning. Keys may be added (``timeline``, ``lines``, ``notes``, a
+finding's ``suggestion`` ...); a change to an existing key bumps the schema version.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class Finding:
     ceiling: float | None
     #: The finer kind of cost inside the category, e.g. ``hdf5`` or ``database`` for ``data``.
     kind: str = ""
+    #: Code that applies the fix, ready to paste: for data-bound findings, the exact
+    #: ``data.load(...)`` call for the script's own source. ``None`` when there is none.
+    suggestion: str | None = None
 
 
 @dataclass(frozen=True)

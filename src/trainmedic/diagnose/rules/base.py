@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainmedic.probe.sources import Sources
+
 
 @dataclass(frozen=True)
 class Context:
@@ -13,6 +15,8 @@ class Context:
     device: str  # "cpu" or "cuda"
     ops_per_step: float = 0.0
     growth: float = 1.0
+    #: What the script read its data from (files, databases, datasets), when it was recorded.
+    sources: Sources | None = None
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,8 @@ class Advice:
     fix: str
     #: How many times faster the fix makes this cost (not the whole step).
     factor: float
+    #: Code to paste, e.g. the exact ``data.load(...)`` call for the user's source.
+    suggestion: str | None = None
 
 
 def at(ctx: Context) -> str:

@@ -1,11 +1,60 @@
-"""data: the step waits for its next batch."""
+"""data: the step waits for its next batch.
+
+Where the script's source was recorded, the advice ends in the exact ``data.load(...)`` call
+that serves the same data from memory (``diagnose/suggest.py``); a script already on
+``trainmedic.data`` is told what its tier costs instead.
+"""
 
 from __future__ import annotations
 
 from trainmedic.diagnose.rules.base import Advice, Context, at
+from trainmedic.diagnose.suggest import Suggestion, suggest
 
 
 def advise(kind: str, ctx: Context) -> Advice:
+    if kind == "loader" and ctx.sources is not None and ctx.sources.loaders:
+        return _tiered(ctx)
+    advice = _advise(kind, ctx)
+    suggestion = suggest(kind, ctx.sources, ctx.device)
+    if suggestion is None:
+        return advice
+    return Advice(advice.title, f"{advice.fix} {_using(kind, suggestion)}", advice.factor, suggestion.call)
+
+
+def _using(kind: str, suggestion: Suggestion) -> str:
+    loop = f"`for {', '.join(suggestion.fields)} in loader:`" if suggestion.fields else "`for batch in loader:`"
+    if kind == "transform":
+        what = "trainmedic.data serves the stored samples in one call (suggested below), one gather per batch:"
+    else:
+        what = "trainmedic.data does that in one call (suggested below):"
+    text = (
+        f"{what} `from trainmedic import data`, `loader = data.load(...)` once before training, "
+        f"then {loop} instead of the per-step read."
+    )
+    return " ".join([text, *suggestion.notes])
+
+
+def _tiered(ctx: Context) -> Advice:
+    use = ctx.sources.loaders[-1]  # type: ignore[union-attr]
+    if use.tier in ("stream", "disk"):
+        how = "reads storage while training" if use.tier == "stream" else "gathers from a memory-mapped cache on disk"
+        fix = (
+            f'The {use.tier} tier {how}. If the data fits in RAM, pass tier="ram" to data.load (or free '
+            'memory for tier="auto"); on a GPU, device="cuda" lets the VRAM tier gather on the device. '
+            "`loader.explain()` shows the sizes behind the choice."
+        )
+        factor = 5.0
+    else:
+        fix = (
+            f"The batches already come from {'VRAM' if use.tier == 'vram' else 'RAM'}: the wait is the gather "
+            'itself, one index per field per batch. A larger batch amortises it; on a GPU, device="cuda" '
+            "serves from VRAM with no host-to-device copy."
+        )
+        factor = 2.0
+    return Advice(f"Waiting for trainmedic.data batches (tier {use.tier}){at(ctx)}", fix, factor)
+
+
+def _advise(kind: str, ctx: Context) -> Advice:
     if kind in ("hdf5", "zarr", "disk"):
         # Seed 000: 37 s/step reading HDF5 per batch -> 0.46 s/step once the file sat in RAM.
         return Advice(
