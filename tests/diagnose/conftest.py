@@ -7,7 +7,7 @@ import pytest
 from trainmedic.probe.recorder import Aggregate
 from trainmedic.probe.runner import RunOutcome
 from trainmedic.probe.session import Measurements
-from trainmedic.probe.sources import Sources
+from trainmedic.probe.source_facts import Sources
 from trainmedic.report.model import DeviceInfo
 
 

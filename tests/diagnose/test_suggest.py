@@ -17,7 +17,8 @@ import pytest
 from trainmedic import data
 from trainmedic.diagnose import diagnose
 from trainmedic.diagnose.suggest import suggest
-from trainmedic.probe.sources import SourceRecorder, Sources
+from trainmedic.probe.source_facts import Sources
+from trainmedic.probe.sources import SourceRecorder
 from trainmedic.report.model import Report
 
 STEPS = 20
@@ -172,7 +173,7 @@ def test_no_recorded_source_means_no_call_and_the_old_advice(completed, measure)
 
 
 def test_a_script_already_on_trainmedic_data_is_told_about_its_tier(completed, measure):
-    from trainmedic.probe.sources import LoaderUse
+    from trainmedic.probe.source_facts import LoaderUse
 
     sources = Sources(loaders=(LoaderUse("/data/big.h5", "stream", 256, "cpu"),))
     top = diagnose(measure(_data_bound("loader"), [0.05] * STEPS, sources=sources), ["train.py"], completed).findings[0]
@@ -181,7 +182,7 @@ def test_a_script_already_on_trainmedic_data_is_told_about_its_tier(completed, m
 
 
 def test_on_a_gpu_the_call_asks_for_the_device():
-    from trainmedic.probe.sources import Hdf5File
+    from trainmedic.probe.source_facts import Hdf5File
 
     sources = Sources(hdf5=(Hdf5File("/d/x.h5", 1, (("x", 3),)),), model_batch=8)
     assert suggest("hdf5", sources, "cuda").call == 'data.load("/d/x.h5", fields=["x"], batch_size=8, device="cuda")'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainmedic.diagnose.sql import whole_table_query
-from trainmedic.probe.sources import Query
+from trainmedic.probe.source_facts import Query
 
 
 def query(text, params=(), varying=(), count=10):

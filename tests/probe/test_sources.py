@@ -13,7 +13,9 @@ import torch
 
 from trainmedic import data
 from trainmedic.probe import sources as sources_module
-from trainmedic.probe.sources import MAX_TEXTS, Column, SourceRecorder, lift_literals
+from trainmedic.probe.queries import MAX_TEXTS, lift_literals
+from trainmedic.probe.source_facts import Column
+from trainmedic.probe.sources import SourceRecorder
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmedic.probe.sources import Query
+from trainmedic.probe.source_facts import Query
 
 _TOKEN = re.compile(
     r"""(?P<string>'(?:[^']|'')*')

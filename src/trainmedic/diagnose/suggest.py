@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from trainmedic.diagnose.sql import whole_table_query
-from trainmedic.probe.sources import Database, DatasetUse, FileUse, Hdf5File, Query, Sources
+from trainmedic.probe.source_facts import Database, DatasetUse, FileUse, Hdf5File, Query, Sources
 
 #: More .npy files than this, all read per step, are one file per sample: no one call fits them.
 MAX_NPY_FIELDS = 16

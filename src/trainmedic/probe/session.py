@@ -18,7 +18,8 @@ from trainmedic.probe.frames import FrameClassifier
 from trainmedic.probe.hooks import TorchHooks
 from trainmedic.probe.recorder import Aggregate, Recorder
 from trainmedic.probe.sampler import DEFAULT_INTERVAL_S, StackSampler
-from trainmedic.probe.sources import SourceRecorder, Sources
+from trainmedic.probe.source_facts import Sources
+from trainmedic.probe.sources import SourceRecorder
 from trainmedic.report.model import DeviceInfo
 
 DEFAULT_WARMUP = 3  # step 0 (allocator, autotuning, lazy init) and two op-census steps

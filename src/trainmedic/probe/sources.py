@@ -28,249 +28,24 @@ import os
 import re
 import sqlite3
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from trainmedic.probe.frames import is_user_file
 from trainmedic.probe.hooks import after_import
+from trainmedic.probe.queries import DatabaseStats
+from trainmedic.probe.source_facts import (
+    Database,
+    DatasetUse,
+    FileUse,
+    Hdf5File,
+    LoaderUse,
+    Sources,
+)
 
-#: Runs of a query whose parameters are compared with the first run's.
-VARYING_RUNS = 64
-#: Distinct SQL texts kept per database; later texts have their literals lifted out first.
-MAX_TEXTS = 16
-#: Literal-lifted texts per database: past this, runs are only counted (formatted per-sample SQL).
-MAX_LIFTED = 1024
 MAX_FILES = 256
-PEEK_TIMEOUT_S = 0.5
-
-_SELECT = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
-_LITERAL = re.compile(r"'(?:[^']|'')*'|(?<![\w.:$?%])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
-
-
-# -- what a snapshot holds ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of a query's result, as a one-row peek saw it."""
-
-    name: str
-    #: ``integer``, ``real``, ``blob``, ``text`` or ``null``.
-    kind: str
-    #: Bytes of a BLOB value in the row seen.
-    nbytes: int = 0
-
-
-@dataclass(frozen=True)
-class Query:
-    text: str
-    count: int
-    #: The first run's parameters: a tuple by position, or a dict by name; () when none.
-    params: Any = ()
-    #: Positions (or names) whose values changed between runs: per-batch selectors.
-    varying: frozenset = frozenset()
-    #: True when ``params`` are literals lifted out of formatted SQL (``?`` marks them in ``text``).
-    lifted: bool = False
-    #: The user's file that first ran it.
-    caller: str | None = None
-    columns: tuple[Column, ...] = ()
-
-
-@dataclass(frozen=True)
-class Database:
-    #: An SQLAlchemy URL (password masked); ``sqlite:////abs/path.db`` for an SQLite file.
-    url: str
-    connects: int
-    #: Most executed first.
-    queries: tuple[Query, ...] = ()
-    #: ``sqlite3`` or ``sqlalchemy``: which layer saw it.
-    via: str = "sqlite3"
-
-
-@dataclass(frozen=True)
-class Hdf5File:
-    path: str
-    opens: int
-    #: (dataset name as ``data.load`` spells it, times opened), in first-use order.
-    datasets: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class FileUse:
-    path: str
-    count: int
-    #: A .npy file mapped rather than read (``mmap_mode``).
-    mapped: bool = False
-
-
-@dataclass(frozen=True)
-class DatasetUse:
-    """A Dataset a ``DataLoader`` was built on."""
-
-    type_name: str
-    #: The name the caller's code holds it by, when it holds it by one.
-    variable: str | None
-    batch_size: int | None
-    num_workers: int
-    length: int | None
-
-
-@dataclass(frozen=True)
-class LoaderUse:
-    """A ``trainmedic.data.load`` call: the script already serves batches from a tier."""
-
-    source: str
-    tier: str
-    batch_size: int
-    device: str
-
-
-@dataclass(frozen=True)
-class Sources:
-    databases: tuple[Database, ...] = ()
-    hdf5: tuple[Hdf5File, ...] = ()
-    numpy: tuple[FileUse, ...] = ()
-    zarr: tuple[FileUse, ...] = ()
-    datasets: tuple[DatasetUse, ...] = ()
-    loaders: tuple[LoaderUse, ...] = ()
-    #: The batch size the model was called with most often (from the forward hook).
-    model_batch: int | None = None
-
-
-# -- recording ---------------------------------------------------------------------------------
-
 
 _active: SourceRecorder | None = None
-_original_connect: Callable[..., Any] = sqlite3.connect
-
-
-class _QueryStats:
-    __slots__ = ("caller", "columns", "count", "lifted", "params", "text", "varying")
-
-    def __init__(self, text: str, params: Any, lifted: bool, caller: str | None) -> None:
-        self.text = text
-        self.count = 0
-        self.params = params
-        self.varying: set = set()
-        self.lifted = lifted
-        self.caller = caller
-        self.columns: tuple[Column, ...] = ()
-
-    def note(self, params: Any) -> None:
-        self.count += 1
-        first = self.params
-        if params == first:
-            return
-        if isinstance(first, dict) and isinstance(params, dict):
-            self.varying.update(k for k in first if first.get(k) != params.get(k))
-        elif isinstance(first, (tuple, list)) and isinstance(params, (tuple, list)):
-            if len(first) != len(params):
-                self.varying.update(range(max(len(first), len(params))))
-            else:
-                self.varying.update(i for i, (a, b) in enumerate(zip(first, params)) if a != b)
-
-    def freeze(self) -> Query:
-        return Query(self.text, self.count, self.params, frozenset(self.varying), self.lifted, self.caller, self.columns)
-
-
-class _DatabaseStats:
-    def __init__(self, url: str, via: str, sqlite_path: str | None) -> None:
-        self.url = url
-        self.via = via
-        self.sqlite_path = sqlite_path
-        self.connects = 0
-        self.queries: dict[str, _QueryStats] = {}
-        self.lifted = 0
-        self.live = True
-
-    def run(self, sql: Any, params: Any) -> None:
-        """One execution; the hot path is the lookup and the counter at the top."""
-        stats = self.queries.get(sql)
-        if stats is not None and stats.count >= VARYING_RUNS:
-            stats.count += 1
-            return
-        if not self.live or not isinstance(sql, str):
-            return
-        params = _plain(params)
-        if stats is None:
-            lifted = False
-            if len(self.queries) >= MAX_TEXTS and not params:
-                # Many distinct texts: SQL formatted per batch. Count it by its template.
-                if self.lifted >= MAX_LIFTED:
-                    return
-                self.lifted += 1
-                sql, params = lift_literals(sql)
-                lifted = True
-                stats = self.queries.get(sql)
-            if stats is None:
-                if len(self.queries) >= 2 * MAX_TEXTS:
-                    return
-                stats = self.queries[sql] = _QueryStats(sql, params, lifted, _user_caller())
-        stats.note(params)
-        if stats.count == 2 and self.sqlite_path is not None and not stats.columns and _SELECT.match(stats.text):
-            stats.columns = peek_sqlite(self.sqlite_path, stats.text, stats.params)
-
-
-def _plain(params: Any) -> Any:
-    if params is None:
-        return ()
-    if isinstance(params, dict):
-        return dict(params)
-    if isinstance(params, (tuple, list)):
-        return tuple(params)
-    return params
-
-
-def lift_literals(sql: str) -> tuple[str, tuple]:
-    """``WHERE id IN (3, 17)`` -> (``WHERE id IN (?, ?)``, (3, 17)): formatted SQL as a template."""
-    values: list[Any] = []
-
-    def lift(match: re.Match) -> str:
-        token = match.group(0)
-        if token.startswith("'"):
-            values.append(token[1:-1].replace("''", "'"))
-        else:
-            values.append(float(token) if any(c in token for c in ".eE") else int(token))
-        return "?"
-
-    return _LITERAL.sub(lift, sql), tuple(values)
-
-
-def peek_sqlite(path: str, sql: str, params: Any) -> tuple[Column, ...]:
-    """Names and kinds of the columns of one row of ``sql`` on a read-only connection; () if not seen."""
-    try:
-        conn = _original_connect(Path(path).as_uri() + "?mode=ro", uri=True, timeout=0.1)
-    except (sqlite3.Error, ValueError):
-        return ()
-    deadline = time.perf_counter() + PEEK_TIMEOUT_S
-    conn.set_progress_handler(lambda: time.perf_counter() > deadline, 10_000)
-    try:
-        cursor = conn.execute(sql, params if params else ())
-        row = cursor.fetchone()
-        names = [d[0] for d in cursor.description or ()]
-    except (sqlite3.Error, ValueError, TypeError):
-        return ()
-    finally:
-        conn.close()
-    if row is None:
-        return ()
-    return tuple(Column(name, _kind(value), len(value) if isinstance(value, (bytes, bytearray, memoryview)) else 0)
-                 for name, value in zip(names, row))
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, int):  # bool included
-        return "integer"
-    if isinstance(value, float):
-        return "real"
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return "blob"
-    return "text"
 
 
 class _RecordingCursor(sqlite3.Cursor):
@@ -284,7 +59,7 @@ class _RecordingCursor(sqlite3.Cursor):
 class _RecordingConnection(sqlite3.Connection):
     """A plain sqlite3 connection that notes the SQL it runs (see the module docstring)."""
 
-    _trainmedic_db: _DatabaseStats | None = None
+    _trainmedic_db: DatabaseStats | None = None
 
     def execute(self, sql: Any, *args: Any) -> Any:  # type: ignore[override]
         db = self._trainmedic_db
@@ -300,8 +75,8 @@ class SourceRecorder:
     def __init__(self) -> None:
         self._restore: list[Callable[[], None]] = []
         self._cancel: list[Callable[[], None]] = []
-        self._databases: dict[str, _DatabaseStats] = {}
-        self._engines: dict[int, _DatabaseStats] = {}
+        self._databases: dict[str, DatabaseStats] = {}
+        self._engines: dict[int, DatabaseStats] = {}
         self._hdf5: dict[str, dict[str, Any]] = {}
         self._hdf5_by_fileno: dict[Any, dict[str, Any]] = {}
         self._numpy: dict[str, list] = {}
@@ -388,7 +163,7 @@ class SourceRecorder:
         if dbapi2 is not None and dbapi2.connect is original:
             self._patch(dbapi2, "connect", connect)
 
-    def _sqlite_db(self, database: Any, uri: bool) -> _DatabaseStats:
+    def _sqlite_db(self, database: Any, uri: bool) -> DatabaseStats:
         path = None
         if isinstance(database, (str, bytes, os.PathLike)):
             text = os.fsdecode(database)
@@ -397,7 +172,7 @@ class SourceRecorder:
         url = f"sqlite:///{path}" if path is not None else f"sqlite:///{os.fsdecode(database) if isinstance(database, (str, bytes, os.PathLike)) else ':memory:'}"
         db = self._databases.get(url)
         if db is None:
-            db = self._databases[url] = _DatabaseStats(url, "sqlite3", path)
+            db = self._databases[url] = DatabaseStats(url, "sqlite3", path)
         db.connects += 1
         return db
 
@@ -510,7 +285,7 @@ class SourceRecorder:
             text = url.render_as_string(hide_password=True)
         db = self._databases.get(text)
         if db is None:
-            db = self._databases[text] = _DatabaseStats(text, "sqlalchemy", sqlite_path)
+            db = self._databases[text] = DatabaseStats(text, "sqlalchemy", sqlite_path)
         db.connects += 1
         self._engines[id(engine)] = db
 
@@ -579,18 +354,6 @@ def _called_from(prefixes: tuple[str, ...]) -> bool:
         frame = frame.f_back
         depth += 1
     return False
-
-
-def _user_caller() -> str | None:
-    frame = sys._getframe(2)
-    depth = 0
-    while frame is not None and depth < 200:
-        filename = frame.f_code.co_filename
-        if is_user_file(filename):
-            return os.path.abspath(filename)
-        frame = frame.f_back
-        depth += 1
-    return None
 
 
 def _name_of(obj: Any) -> str | None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmedic.probe.sources import Sources
+from trainmedic.probe.source_facts import Sources
 
 
 @dataclass(frozen=True)
