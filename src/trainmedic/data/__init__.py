@@ -80,8 +80,7 @@ def load(
         arrays, seconds = read_into_host(opened, bar)
         description, kind = opened.description, opened.kind
         opened.close()
-        opened = ArraySource(arrays, None, description=description)
-        opened.kind = kind
+        opened = ArraySource(arrays, None, description=description, kind=kind)
         read_first = f"ran the query once: {opened.length} rows, {format_bytes(opened.nbytes)} in {format_seconds(seconds)}"
     if opened.length == 0:
         raise SourceError(f"{opened.description} has 0 samples; there is nothing to serve.")
@@ -97,7 +96,7 @@ def load(
     )
     served = _build_tier(decision.tier, opened, device, batch_size, cache_root, bar)
     if read_first is not None:
-        served.facts[:] = [read_first] + [f for f in served.facts if "already in RAM" not in f]
+        served.facts.insert(0, read_first)
     return Loader(
         opened,
         served,

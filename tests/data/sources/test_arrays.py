@@ -82,3 +82,9 @@ def test_query_with_a_path_suggests_a_url(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros(3))
     with pytest.raises(SourceError, match="sqlite:///"):
         data.load(tmp_path / "x.npy", query="SELECT 1")
+
+
+def test_each_source_names_its_kind(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros(3))
+    assert open_source(tmp_path / "x.npy").kind == "numpy"
+    assert open_source({"x": np.zeros(3)}).kind == "dict"

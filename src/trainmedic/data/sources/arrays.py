@@ -33,10 +33,13 @@ class ArraySource(Source):
     kind = "dict"
     random_access = True
 
-    def __init__(self, arrays: dict[str, Any], fields: list[str] | None = None, description: str = "dict of arrays") -> None:
+    def __init__(
+        self, arrays: dict[str, Any], fields: list[str] | None = None, description: str = "dict of arrays", kind: str = "dict"
+    ) -> None:
         if not arrays:
             raise FieldError("the dict given to data.load is empty; it needs one array per field, e.g. {'x': x, 'y': y}.")
         self.description = description
+        self.kind = kind
         self._arrays: dict[str, Any] = {}
         specs: dict[str, FieldSpec] = {}
         for name, value in arrays.items():
@@ -104,7 +107,7 @@ class NumpySource(ArraySource):
                 arrays = {name: array[name] for name in array.dtype.names}
             else:
                 arrays = {self.path.stem: array}
-        super().__init__(arrays, fields, description=str(self.path))
+        super().__init__(arrays, fields, description=str(self.path), kind="numpy")
         self._files = [self.path] if self.path.is_file() else sorted(self.path.glob("*.npy"))
 
     def fingerprint(self) -> str:

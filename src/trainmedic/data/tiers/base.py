@@ -26,3 +26,24 @@ class Tier:
 
     def close(self) -> None:
         """Release what the tier holds (device memory, memory maps, threads)."""
+
+
+class HostTier(Tier):
+    """A tier whose samples sit in host arrays (RAM or memory-mapped): one gather per batch, moved
+    to the device by :class:`~trainmedic.data.transfer.HostToDevice`."""
+
+    def serve(self, arrays: dict[str, np.ndarray], specs: tuple, device: Any, batch_size: int) -> None:
+        from trainmedic.data.transfer import HostToDevice
+
+        self.arrays = arrays
+        self.mover = HostToDevice(specs, device, batch_size)
+        if self.mover.cuda:
+            self.facts.append("batches gathered into pinned buffers, copied non_blocking on a side stream")
+
+    def epoch(self, order: np.ndarray, slices: Iterable[tuple[int, int]]) -> Iterator[tuple[Any, ...]]:
+        for start, stop in slices:
+            yield self.mover.batch(self.arrays, order[start:stop])
+
+    def close(self) -> None:
+        self.arrays = {}
+

@@ -8,7 +8,6 @@ page-sized reads for the rest — no decompression, no per-sample Python.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +16,21 @@ import numpy as np
 from trainmedic.data.cache import DiskCache
 from trainmedic.data.materialize import Progress
 from trainmedic.data.sources.base import FieldSpec, Source
-from trainmedic.data.tiers.base import Tier
-from trainmedic.data.transfer import HostToDevice
+from trainmedic.data.tiers.base import HostTier
 from trainmedic.units import format_bytes, format_seconds
 
 
-class DiskTier(Tier):
+class DiskTier(HostTier):
     name = "disk"
 
     def __init__(self, source: Source, device: Any, batch_size: int, cache_root: Path, progress: Progress) -> None:
         super().__init__()
         self.cache = DiskCache(cache_root, source)
-        self.arrays = self.cache.load(progress)
+        arrays = self.cache.load(progress)
         if source.length is None:  # a query served from its cache: it never ran this time
             source.specs = tuple(FieldSpec(e["name"], np.dtype(e["dtype"]), tuple(e["shape"])) for e in self.cache.manifest["fields"])
             source.length = int(self.cache.manifest["length"])
-        size = sum(a.nbytes for a in self.arrays.values())
+        size = sum(a.nbytes for a in arrays.values())
         if self.cache.rebuilt_because is None:
             self.facts.append(
                 f"reused the cache {self.cache.folder} ({format_bytes(size)}; CRC-32 of "
@@ -48,11 +46,4 @@ class DiskTier(Tier):
             self.facts.append(
                 f"a change inside {source.kind} data is not detected: delete {self.cache.folder} after changing it"
             )
-        self.mover = HostToDevice(source.specs, device, batch_size)
-
-    def epoch(self, order: np.ndarray, slices: Iterable[tuple[int, int]]) -> Iterator[tuple[Any, ...]]:
-        for start, stop in slices:
-            yield self.mover.batch(self.arrays, order[start:stop])
-
-    def close(self) -> None:
-        self.arrays = {}
+        self.serve(arrays, source.specs, device, batch_size)

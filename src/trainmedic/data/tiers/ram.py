@@ -6,7 +6,6 @@ Seed 000 went from 37 s to 0.46 s per step by reading its HDF5 file into RAM onc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -14,36 +13,26 @@ import numpy as np
 from trainmedic.data.materialize import Progress, read_into_host
 from trainmedic.data.sources.arrays import ArraySource
 from trainmedic.data.sources.base import Source
-from trainmedic.data.tiers.base import Tier
-from trainmedic.data.transfer import HostToDevice
+from trainmedic.data.tiers.base import HostTier
 from trainmedic.units import format_bytes, format_seconds
 
 
-class RamTier(Tier):
+class RamTier(HostTier):
     name = "ram"
 
     def __init__(self, source: Source, device: Any, batch_size: int, progress: Progress) -> None:
         super().__init__()
-        self.arrays = _in_memory_arrays(source)
-        if self.arrays is None:
-            self.arrays, self.load_seconds = read_into_host(source, progress)
-            size = sum(a.nbytes for a in self.arrays.values())
+        arrays = _in_memory_arrays(source)
+        if arrays is None:
+            arrays, self.load_seconds = read_into_host(source, progress)
+            size = sum(a.nbytes for a in arrays.values())
             self.facts.append(
                 f"read {format_bytes(size)} into RAM once in {format_seconds(self.load_seconds)} "
                 f"({_rate(size, self.load_seconds)})"
             )
         else:
-            self.facts.append("the arrays were already in RAM: served in place, nothing copied")
-        self.mover = HostToDevice(source.specs, device, batch_size)
-        if self.mover.cuda:
-            self.facts.append("batches gathered into pinned buffers, copied non_blocking on a side stream")
-
-    def epoch(self, order: np.ndarray, slices: Iterable[tuple[int, int]]) -> Iterator[tuple[Any, ...]]:
-        for start, stop in slices:
-            yield self.mover.batch(self.arrays, order[start:stop])
-
-    def close(self) -> None:
-        self.arrays = {}
+            self.facts.append("the arrays are in RAM already: served in place, nothing copied")
+        self.serve(arrays, source.specs, device, batch_size)
 
 
 def _in_memory_arrays(source: Source) -> dict[str, np.ndarray] | None:
