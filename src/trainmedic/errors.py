@@ -9,11 +9,12 @@ a message and an exit code. Every message names the bad value, what was expected
     │   └── NotPythonError
     ├── WatchError             a watch session was used the wrong way
     ├── MissingExtraError      an optional dependency is not installed (names the extra)
-    └── DataError              trainmedic.data cannot serve a source as asked
-        ├── SourceError        the source cannot be opened or read
-        ├── FieldError         a field is missing, ragged, of another length or of no numeric dtype
-        ├── TierError          a forced tier does not fit (names the sizes and the tier that would)
-        └── ResumeError        a state_dict does not belong to this loader
+    ├── DataError              trainmedic.data cannot serve a source as asked
+    │   ├── SourceError        the source cannot be opened or read
+    │   ├── FieldError         a field is missing, ragged, of another length or of no numeric dtype
+    │   ├── TierError          a forced tier does not fit (names the sizes and the tier that would)
+    │   └── ResumeError        a state_dict does not belong to this loader
+    └── LintError              a lint path that does not exist, or an unknown rule code
 """
 
 from __future__ import annotations
@@ -82,3 +83,7 @@ class TierError(DataError):
 
 class ResumeError(DataError):
     """A ``state_dict`` given to ``load_state_dict`` was taken from a different loader."""
+
+
+class LintError(TrainmedicError):
+    """``trainmedic lint`` was asked for a path that does not exist or a rule code it does not know."""

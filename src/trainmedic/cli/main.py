@@ -11,6 +11,7 @@ from rich.console import Console
 
 from trainmedic._version import __version__
 from trainmedic.cli import demo as demo_command
+from trainmedic.cli import lint as lint_command
 from trainmedic.cli.run import RunOptions, run_target
 
 app = typer.Typer(
@@ -56,6 +57,30 @@ def demo(
 ) -> None:
     """Diagnose an embedded, deliberately starved training loop (no data or GPU needed)."""
     raise typer.Exit(demo_command.run_demo(steps, json_path, html_path, _stderr()))
+
+
+@app.command()
+def lint(
+    paths: list[str] = typer.Argument(None, metavar="[PATH]...", help="Python files or folders (default: .)."),
+    json_output: bool = typer.Option(False, "--json", help="Print findings as a JSON list on stdout."),
+    explain: Optional[str] = typer.Option(None, "--explain", metavar="CODE", help="Explain a rule: why, fix, example."),
+    select: Optional[str] = typer.Option(None, "--select", metavar="CODES", help="Only these codes or prefixes (TM107,TM11)."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", metavar="CODES", help="Skip these codes or prefixes."),
+    list_rules: bool = typer.Option(False, "--list-rules", help="List every rule and exit."),
+) -> None:
+    """Find training-code pitfalls (TM1xx) without running the code: path:line:col: CODE message.
+
+    Exit code 0 when clean, 1 with findings (or a file that cannot be parsed), 2 on usage errors.
+    Silence one line with `# noqa: TM107`.
+    """
+    if explain is not None:
+        raise typer.Exit(lint_command.explain(explain, typer.echo, _stderr()))
+    if list_rules:
+        raise typer.Exit(lint_command.list_rules(typer.echo))
+    code = lint_command.run_lint(
+        list(paths or []), as_json=json_output, select=select, ignore=ignore, out=typer.echo, err=_stderr()
+    )
+    raise typer.Exit(code)
 
 
 @app.command()

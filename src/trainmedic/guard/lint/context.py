@@ -1,0 +1,369 @@
+"""One parsed module and the facts every rule asks about it.
+
+The facts that make these rules worth more than a generic linter live here: which loops are
+*training* loops (their bodies run once per optimisation step), which functions run once per step
+(``training_step``, a ``train_step`` helper, an LBFGS closure), and whether a statement in such a
+loop is rate-limited by an ``if step % N == 0`` guard. Rules never walk parents themselves.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from typing import Iterable, Iterator, TypeVar
+
+from trainmedic.guard.lint.imports import import_map, normalise
+
+N = TypeVar("N", bound=ast.AST)
+
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+#: Bodies that run at another time than the code around them.
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+#: Functions that frameworks or convention call once per optimisation step.
+STEP_FUNCTION_NAMES = frozenset(
+    {"train_step", "training_step", "train_batch", "train_on_batch", "train_one_step", "training_step_end"}
+)
+#: Calls that *are* a step wherever they appear (Keras and TF custom loops).
+_STEP_METHODS = frozenset({"train_on_batch", "apply_gradients"})
+#: Names of step helpers that other modules call: ``update``, ``train_batch``, an LBFGS ``closure``.
+_STEP_HELPER_NAME = re.compile(r"step|update|batch|iter|closure", re.IGNORECASE)
+_OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?(_|$)|optim", re.IGNORECASE)
+_SCHEDULER_NAME = re.compile(r"sched|lr_|warmup", re.IGNORECASE)
+#: Words that, in an ``if`` test, mean "only some steps": log every N, verbose, the last batch.
+#: Method names every framework object has: ``model.train()`` must not reach the user's ``train``.
+_COMMON_METHODS = frozenset(
+    {
+        "train", "eval", "to", "cuda", "cpu", "step", "zero_grad", "forward", "parameters", "named_parameters",
+        "state_dict", "load_state_dict", "backward", "item", "update", "append", "extend", "add", "get", "set",
+        "save", "load", "log", "close", "reset", "run", "fit", "predict", "evaluate", "call", "build", "compile",
+        "apply", "items", "keys", "values", "copy", "format", "write", "read", "sum", "mean", "init", "setup",
+    }
+)
+_RATE_WORDS = re.compile(
+    r"interval|every|freq|period|verbose|debug|should_log|log_now|log_step|print_step|display|last|final",
+    re.IGNORECASE,
+)
+
+
+class ModuleContext:
+    """A module's tree with parent links, resolved imports, and its training loops."""
+
+    def __init__(self, tree: ast.Module, source: str, path: str) -> None:
+        self.tree = tree
+        self.source = source
+        self.path = path
+        self.lines = source.splitlines()
+        self._parents: dict[ast.AST, ast.AST] = {}
+        self._by_type: dict[type, list[ast.AST]] = defaultdict(list)
+        for node in ast.walk(tree):
+            self._by_type[type(node)].append(node)
+            for child in ast.iter_child_nodes(node):
+                self._parents[child] = node
+        self.imports = import_map(tree)
+        self.functions_by_name: dict[str, list[ast.AST]] = defaultdict(list)
+        for function in self.nodes(*FUNCTIONS):
+            self.functions_by_name[function.name].append(function)
+        self._optimizer_names = self._names_bound_to_optimizers()
+        self.step_markers, self.step_functions, self.step_loops = self._find_training_loops()
+        #: Functions that run every step because a training loop calls them (not behind a
+        #: rate-limiting ``if``), mapped to the call that makes them so.
+        self.per_step_callers: dict[ast.AST, ast.Call] = {}
+        self._find_per_step_callees()
+
+    # -- navigation ---------------------------------------------------------------------------
+
+    def nodes(self, *types: type[N]) -> list[N]:
+        """Every node of these types, in source order."""
+        found = [node for kind in types for node in self._by_type.get(kind, ())]
+        if len(types) > 1:
+            found.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        return found  # type: ignore[return-value]
+
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self._parents.get(node)
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        current = self._parents.get(node)
+        while current is not None:
+            yield current
+            current = self._parents.get(current)
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        """The function, lambda or class whose body holds ``node`` (the module at top level)."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, SCOPES):
+                return ancestor
+        return self.tree
+
+    def function_of(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, FUNCTIONS):
+                return ancestor
+        return None
+
+    def class_of(self, node: ast.AST) -> ast.ClassDef | None:
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, ast.ClassDef):
+                return ancestor
+        return None
+
+    def walk_scope(self, scope: ast.AST) -> Iterator[ast.AST]:
+        """The nodes of a scope's own body, not those of functions, lambdas or classes inside it."""
+        stack = list(ast.iter_child_nodes(scope))
+        while stack:
+            node = stack.pop()
+            yield node
+            if not isinstance(node, SCOPES):
+                stack.extend(ast.iter_child_nodes(node))
+
+    def enclosing_loops(self, node: ast.AST) -> Iterator[ast.For | ast.AsyncFor | ast.While]:
+        """Loops whose *repeated part* holds ``node``, innermost first, within its own scope.
+
+        A ``for`` loop's iterable is evaluated once, so it is not inside the loop; a ``while``
+        loop's test runs every iteration, so it is; an ``else:`` block runs once, after the loop.
+        """
+        child = node
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, SCOPES):
+                return
+            if isinstance(ancestor, (ast.For, ast.AsyncFor)) and _in_fields(child, ancestor, "body"):
+                yield ancestor
+            elif isinstance(ancestor, ast.While) and not _in_fields(child, ancestor, "orelse"):
+                yield ancestor
+            child = ancestor
+
+    # -- names --------------------------------------------------------------------------------
+
+    def qualname(self, expr: ast.AST) -> str | None:
+        """``np.concatenate`` → ``numpy.concatenate``, through the module's imports and aliases.
+
+        Names that were not imported come back as written (``open``, ``print``, ``model``);
+        an expression that is not a dotted name (a call, a subscript) gives None.
+        """
+        parts: list[str] = []
+        while isinstance(expr, ast.Attribute):
+            parts.append(expr.attr)
+            expr = expr.value
+        if not isinstance(expr, ast.Name):
+            return None
+        head = self.imports.get(expr.id, expr.id)
+        return normalise(".".join([head, *reversed(parts)]))
+
+    def is_optimizer(self, expr: ast.AST) -> bool:
+        """A name that holds an optimizer: built from ``torch.optim``, or named like one."""
+        name = last_name(expr)
+        if name is None or _SCHEDULER_NAME.search(name):
+            return False
+        return name in self._optimizer_names or bool(_OPTIMIZER_NAME.search(name))
+
+    # -- training loops -----------------------------------------------------------------------
+
+    def is_per_step(self, node: ast.AST) -> bool:
+        """True when ``node`` runs once (or more) per optimisation step."""
+        return self.step_context(node) is not None
+
+    def step_context(self, node: ast.AST) -> ast.AST | None:
+        """The training loop or step function that makes ``node`` run every step, else None."""
+        for loop in self.enclosing_loops(node):
+            if loop in self.step_loops:
+                return loop
+        scope = self.scope_of(node)
+        if scope in self.step_functions or scope in self.per_step_callers:
+            return scope
+        return None
+
+    def called_every_step_from(self, node: ast.AST) -> ast.Call | None:
+        """When ``node`` runs every step only because its function is called from a training
+        loop, the call that does it (for messages: "called every step from line N")."""
+        scope = self.scope_of(node)
+        if self.step_context(node) is scope:
+            return self.per_step_callers.get(scope)
+        return None
+
+    def is_rate_limited(self, node: ast.AST) -> bool:
+        """True when an ``if`` between ``node`` and its training loop lets it run only on some
+        steps: ``if step % 100 == 0``, ``if it % log_interval == 0 and master``, ``if verbose``,
+        ``if i == len(loader) - 1``. The ``else`` branch of such a test runs on most steps."""
+        context = self.step_context(node)
+        child = node
+        for ancestor in self.ancestors(node):
+            if ancestor is context or isinstance(ancestor, SCOPES):
+                return False
+            if isinstance(ancestor, (ast.If, ast.IfExp)) and _in_fields(child, ancestor, "body"):
+                if is_rate_limit(ancestor.test):
+                    return True
+            child = ancestor
+        return False
+
+    def calls_local_function(self, call: ast.Call) -> list[ast.AST]:
+        """The module's own functions this call may reach, matched by name: ``helper()`` reaches
+        plain functions, ``self.helper()`` the methods, ``pool.sample()`` methods whose name is
+        not one every framework object has (``train``, ``step``, ``update``...)."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            return [f for f in self.functions_by_name.get(func.id, ()) if not isinstance(self.parent(f), ast.ClassDef)]
+        if not isinstance(func, ast.Attribute) or func.attr.startswith("__"):
+            return []
+        methods = [f for f in self.functions_by_name.get(func.attr, ()) if isinstance(self.parent(f), ast.ClassDef)]
+        if isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
+            return methods
+        return [] if func.attr in _COMMON_METHODS else methods
+
+    def _find_per_step_callees(self) -> None:
+        calls = self.nodes(ast.Call)
+        grew = True
+        while grew:
+            grew = False
+            for call in calls:
+                callees = [f for f in self.calls_local_function(call) if f not in self.step_functions]
+                callees = [f for f in callees if f not in self.per_step_callers and f is not self.scope_of(call)]
+                if callees and self.is_per_step(call) and not self.is_rate_limited(call):
+                    for function in callees:
+                        self.per_step_callers[function] = call
+                    grew = True
+
+    def _names_bound_to_optimizers(self) -> set[str]:
+        names = set()
+        for assign in self.nodes(ast.Assign):
+            if isinstance(assign.value, ast.Call):
+                qualname = self.qualname(assign.value.func) or ""
+                if qualname.startswith("torch.optim.") and ".lr_scheduler" not in qualname:
+                    names.update(n for t in assign.targets if (n := last_name(t)))
+        return names
+
+    def _is_direct_step(self, call: ast.Call) -> bool:
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            if func.attr == "backward" or func.attr in _STEP_METHODS:
+                return True
+            if func.attr == "gradient" and "tape" in (last_name(func.value) or "").lower():
+                return True
+            if func.attr == "step":
+                # optimizer.step(), and scaler.step(optimizer) of mixed precision.
+                return self.is_optimizer(func.value) or any(self.is_optimizer(a) for a in call.args[:1])
+        qualname = self.qualname(func)
+        if qualname == "torch.autograd.backward":
+            return True
+        name = last_name(func)
+        return name in STEP_FUNCTION_NAMES
+
+    def _find_training_loops(self) -> tuple[set[ast.Call], set[ast.AST], set[ast.AST]]:
+        calls = self.nodes(ast.Call)
+        callers: dict[ast.AST, list[ast.Call]] = defaultdict(list)
+        for call in calls:
+            for function in self.calls_local_function(call):
+                callers[function].append(call)
+        markers = {call for call in calls if self._is_direct_step(call)}
+        step_functions: set[ast.AST] = {f for f in self.nodes(*FUNCTIONS) if f.name in STEP_FUNCTION_NAMES}
+        # A function with a step outside any of its loops runs once per step when something calls
+        # it repeatedly; a call to it is then a step too. Iterate to a fixed point so helpers of
+        # helpers are found.
+        while True:
+            for call in calls:
+                if call not in markers and any(f in step_functions for f in self.calls_local_function(call)):
+                    markers.add(call)
+            candidates = {
+                scope
+                for call in markers
+                if isinstance(scope := self.scope_of(call), FUNCTIONS) and next(self.enclosing_loops(call), None) is None
+            }
+            grown = {f for f in candidates - step_functions if self._runs_every_step(f, callers[f], step_functions)}
+            if not grown:
+                break
+            step_functions |= grown
+        loops = set()
+        for call in markers:
+            innermost = next(self.enclosing_loops(call), None)
+            if innermost is not None:
+                loops.add(innermost)
+        return markers, step_functions, loops
+
+    def _runs_every_step(self, function: ast.AST, callers: list[ast.Call], step_functions: set[ast.AST]) -> bool:
+        """A function that does one step is a step function when it is called from a loop (or
+        from another step function). One nobody in this module calls is judged by its name: a
+        ``train_batch``/``update``/``closure`` helper is, a ``test_backward`` or a one-off
+        full-batch ``fit_once`` is not."""
+        if callers:
+            return any(
+                next(self.enclosing_loops(call), None) is not None or self.scope_of(call) in step_functions
+                for call in callers
+            )
+        return not function.name.startswith("test") and bool(_STEP_HELPER_NAME.search(function.name))
+
+
+# -- small helpers shared by the rules ---------------------------------------------------------
+
+
+def last_name(expr: ast.AST) -> str | None:
+    """``self.optimizer`` → ``optimizer``; ``opt`` → ``opt``; anything else → None."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return None
+
+
+def names_in(expr: ast.AST) -> set[str]:
+    """Every plain name an expression reads."""
+    return {node.id for node in ast.walk(expr) if isinstance(node, ast.Name)}
+
+
+def keyword(call: ast.Call, name: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def argument(call: ast.Call, position: int, name: str) -> ast.expr | None:
+    """A call's argument given by position or by keyword."""
+    if len(call.args) > position and not any(isinstance(a, ast.Starred) for a in call.args[: position + 1]):
+        return call.args[position]
+    return keyword(call, name)
+
+
+def string_value(expr: ast.AST | None) -> str | None:
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        return expr.value
+    return None
+
+
+def bound_names(target: ast.AST) -> set[str]:
+    """Names a ``for`` target or an assignment target binds (``i``, ``(x, y)``, ``*rest``)."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(bound_names(e) for e in target.elts)) if target.elts else set()
+    if isinstance(target, ast.Starred):
+        return bound_names(target.value)
+    return set()
+
+
+def is_rate_limit(test: ast.AST) -> bool:
+    for node in ast.walk(test):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            return True
+        # ``if step == 0`` or ``if i == len(loader) - 1``: one step of many. A string on either
+        # side (``if mode == "train"``) is a configuration switch, true on every step or none.
+        if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq) for op in node.ops):
+            if string_value(node.left) is None and all(string_value(c) is None for c in node.comparators):
+                return True
+        word = last_name(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+        if word and _RATE_WORDS.search(word):
+            return True
+    return False
+
+
+def _in_fields(child: ast.AST, parent: ast.AST, *fields: str) -> bool:
+    for name in fields:
+        value = getattr(parent, name, None)
+        if value is child or (isinstance(value, list) and any(item is child for item in value)):
+            return True
+    return False
+
+
+def source_order(nodes: Iterable[N]) -> list[N]:
+    return sorted(nodes, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))

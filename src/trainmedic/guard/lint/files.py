@@ -1,0 +1,57 @@
+"""Which files a ``trainmedic lint PATH...`` call reads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trainmedic.errors import LintError
+from trainmedic.guard.lint.model import FileProblem
+
+#: Folders that hold other people's code or build output, never the user's training code.
+_SKIPPED_DIRS = frozenset(
+    {
+        ".git", ".hg", ".svn", ".venv", "venv", ".env", "env", "__pycache__", "node_modules", "build", "dist",
+        ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache", "site-packages", ".eggs", ".ipynb_checkpoints",
+    }
+)
+
+
+def discover(paths: list[str]) -> tuple[list[str], list[FileProblem]]:
+    """The Python files under ``paths``, sorted and without repeats, and the files given by name
+    that are not Python (reported, then skipped). A path that does not exist is a usage error."""
+    found: list[str] = []
+    problems: list[FileProblem] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found.extend(_walk(path))
+        elif path.is_file():
+            if _is_python(path):
+                found.append(str(path))
+            else:
+                problems.append(FileProblem(str(path), "not a Python file (no .py suffix or python shebang), skipped", True))
+        else:
+            raise LintError(f"no such file or directory: {given!r}; give Python files or folders that hold them")
+    return sorted(dict.fromkeys(found)), problems
+
+
+def _walk(root: Path) -> list[str]:
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.endswith(".egg-info"))
+        files.extend(os.path.normpath(os.path.join(folder, name)) for name in names if name.endswith(".py"))
+    return files
+
+
+def _is_python(path: Path) -> bool:
+    if path.suffix in (".py", ".pyw"):
+        return True
+    if path.suffix:
+        return False
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first

@@ -1,0 +1,183 @@
+"""TM103: raw TensorFlow ops on Keras symbolic tensors while a functional model is built."""
+
+import textwrap
+
+from trainmedic.guard.lint import get_rule, lint_source
+
+
+def test_seed_tf_shape_in_a_helper_called_with_an_input(lint):
+    source = """
+        import tensorflow as tf
+        from tensorflow.keras import layers
+
+        def attention_block(x, key_dim=64):
+            batch_size = tf.shape(x)[0]
+            height, width, channels = x.shape[1:]
+            x_reshaped = layers.Reshape((height * width, channels))(x)
+            attn = layers.MultiHeadAttention(num_heads=4, key_dim=key_dim)(x_reshaped, x_reshaped)
+            return layers.Reshape((height, width, channels))(attn)
+
+        def build_receiver(input_shape):
+            inputs = tf.keras.Input(shape=input_shape)
+            x = layers.Conv2D(64, 3, padding="same")(inputs)
+            x = layers.MaxPooling2D((2, 2))(x)
+            x = attention_block(x, key_dim=64)
+            return tf.keras.Model(inputs, layers.Dense(2)(x))
+    """
+    [(line, message)] = lint(source, "TM103")
+    assert line == 6
+    assert "tf.shape() on Keras symbolic tensor `x`" in message
+    assert "KerasTensor cannot be used as input to a TensorFlow function" in message
+    assert "x.shape" in message and "keras.ops.shape(x)" in message and "Lambda" in message
+
+
+def test_dataflow_through_layers_instances_slices_and_lists(lint):
+    source = """
+        import tensorflow as tf
+        import keras
+        from keras import layers
+
+        inputs = keras.Input(shape=(32, 32, 3))
+        conv = layers.Conv2D(16, 3)
+        h = conv(inputs)
+        h = tf.nn.relu(h)
+        branches = []
+        for c in range(3):
+            branches.append(layers.Dense(8)(h[..., c : c + 1]))
+        merged = tf.concat(branches, axis=-1)
+        scaled = merged * 0.5 + 1.0
+        pooled = tf.reduce_mean(scaled, axis=[1, 2])
+        model = keras.Model(inputs, pooled)
+    """
+    found = lint(source, "TM103")
+    assert [line for line, _ in found] == [9, 13, 15]
+    assert "tf.concat() on Keras symbolic tensor `branches`" in found[1][1]
+    assert "keras.ops.concatenate" in found[1][1] and "keras.ops.mean" in found[2][1]
+
+
+def test_one_finding_per_line_and_per_nested_expression(lint):
+    source = """
+        import tensorflow as tf
+        from tensorflow import keras
+
+        inputs = keras.Input(shape=(None, None, 3))
+        logits = keras.layers.Conv2D(1, 1)(inputs)
+        logits = logits[:, : tf.shape(inputs)[1], : tf.shape(inputs)[2], :]
+        area = tf.reduce_sum(tf.ones_like(logits), axis=[1, 2])
+    """
+    found = lint(source, "TM103")
+    assert [line for line, _ in found] == [7, 8]
+    assert "tf.ones_like() on Keras symbolic tensor `logits`" in found[1][1]
+
+
+def test_pretrained_model_output_is_symbolic(lines):
+    source = """
+        import tensorflow as tf
+
+        base = tf.keras.applications.ResNet50(include_top=False, weights="imagenet")
+        features = tf.reduce_mean(base.output, axis=[1, 2])
+        skip = base.get_layer("conv4_block6_out").output
+        skip = tf.image.resize(skip, (28, 28))
+    """
+    assert lines(source, "TM103") == [5, 7]
+
+
+def test_real_tensors_and_static_shapes_are_not_flagged(lines):
+    source = """
+        import tensorflow as tf
+        from tensorflow import keras
+        from tensorflow.keras import layers
+
+        class Attention(layers.Layer):
+            def call(self, x):
+                batch = tf.shape(x)[0]
+                return tf.reshape(x, (batch, -1, x.shape[-1]))
+
+        def split_heads(t):
+            return tf.transpose(t, (0, 2, 1))
+
+        def scale(t):
+            return t * tf.cast(tf.shape(t)[-1], t.dtype)
+
+        def build():
+            inputs = keras.Input(shape=(16, 64))
+            x = Attention()(inputs)
+            x = layers.Lambda(split_heads)(x)
+            x = layers.Lambda(lambda t: tf.math.l2_normalize(t, axis=-1))(x)
+            x = layers.Lambda(function=scale)(x)
+            n = tf.cast(x.shape[1], tf.float32)
+            dims = keras.ops.shape(x)
+            flat = tf.nest.flatten([x])
+            return keras.Model(inputs, x)
+
+        @tf.function
+        def train_step(model, x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+            return loss
+
+        inputs = keras.Input(shape=(4,))
+        for inputs, labels in dataset:
+            tf.shape(inputs)
+        data = tf.random.normal((8, 4))
+        tf.reduce_sum(data)
+    """
+    assert lines(source, "TM103") == []
+
+
+def test_custom_layer_output_is_symbolic_but_its_call_is_not(lines):
+    source = """
+        import tensorflow as tf
+        from tensorflow import keras
+
+        class PositionalEncoding(keras.layers.Layer):
+            def call(self, x):
+                positions = tf.range(tf.shape(x)[1])
+                return x + tf.cast(positions[None, :, None], x.dtype)
+
+        tokens = keras.Input(shape=(128, 64))
+        encoded = PositionalEncoding()(tokens)
+        mask = tf.sequence_mask(tf.reduce_sum(tf.ones_like(encoded[..., 0]), axis=-1))
+    """
+    assert lines(source, "TM103") == [12]
+
+
+def test_helpers_never_given_a_symbolic_tensor_are_left_alone(lines):
+    source = """
+        import tensorflow as tf
+        from tensorflow.keras import layers
+
+        def residual(x, filters):
+            shortcut = x
+            x = layers.Conv2D(filters, 3, padding="same")(x)
+            return tf.nn.relu(x + shortcut)
+    """
+    assert lines(source, "TM103") == []
+
+
+def test_legacy_tf_keras_is_not_flagged(lines):
+    source = """
+        import tensorflow as tf
+        import tf_keras as keras
+
+        inputs = keras.Input(shape=(8,))
+        batch = tf.shape(inputs)[0]
+    """
+    assert lines(source, "TM103") == []
+
+
+def test_noqa_silences_the_line():
+    source = textwrap.dedent("""
+        import tensorflow as tf
+        from tensorflow import keras
+        inputs = keras.Input(shape=(8,))
+        a = tf.shape(inputs)  # noqa: TM103
+        b = tf.shape(inputs)
+    """)
+    assert [v.line for v in lint_source(source, rules=[get_rule("TM103")])] == [6]
+
+
+def test_before_triggers_and_after_does_not():
+    rule = get_rule("TM103")
+    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM103"]
+    assert lint_source(rule.after, rules=[rule]) == []

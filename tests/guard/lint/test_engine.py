@@ -1,0 +1,99 @@
+"""lint_paths over real files: what is read, what is skipped, and what never stops the others."""
+
+from pathlib import Path
+
+import pytest
+
+from trainmedic.errors import LintError
+from trainmedic.guard.lint import lint_paths, lint_source
+
+PRINTS_EVERY_STEP = "for batch in loader:\n    model(batch).sum().backward()\n    opt.step()\n    print(batch)\n"
+
+
+def write(path: Path, text: str, encoding: str = "utf-8") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+def test_a_syntax_error_is_reported_and_the_other_files_are_still_linted(tmp_path):
+    write(tmp_path / "a_broken.py", "def train(:\n    pass\n")
+    write(tmp_path / "b_train.py", PRINTS_EVERY_STEP)
+    result = lint_paths([str(tmp_path)])
+    assert [(v.path, v.line, v.code) for v in result.violations] == [(str(tmp_path / "b_train.py"), 4, "TM111")]
+    [problem] = result.problems
+    assert str(problem) == f"{tmp_path / 'a_broken.py'}:1:11: syntax error: invalid syntax; the file was not checked"
+    assert result.failed and result.files_checked == 1
+
+
+def test_a_non_python_file_given_by_name_is_skipped_without_failing(tmp_path):
+    notes = write(tmp_path / "notes.txt", "for x in y: print(x)\n")
+    result = lint_paths([str(notes)])
+    assert [str(p) for p in result.problems] == [f"{notes}: not a Python file (no .py suffix or python shebang), skipped"]
+    assert not result.failed
+
+
+def test_a_script_without_suffix_but_with_a_python_shebang_is_linted(tmp_path):
+    script = write(tmp_path / "train", "#!/usr/bin/env python3\n" + PRINTS_EVERY_STEP)
+    assert [v.line for v in lint_paths([str(script)]).violations] == [5]
+
+
+def test_binary_and_undecodable_files_are_problems_not_crashes(tmp_path):
+    (tmp_path / "blob.py").write_bytes(b"\x00\x01\x02import torch\n")
+    (tmp_path / "latin.py").write_bytes(b"x = '\xe9'\n")
+    result = lint_paths([str(tmp_path)])
+    assert sorted(Path(p.path).name for p in result.problems) == ["blob.py", "latin.py"]
+    assert all("not checked" in p.message or "decoded" in p.message for p in result.problems)
+
+
+def test_a_declared_encoding_is_honoured(tmp_path):
+    write(tmp_path / "latin.py", "# -*- coding: latin-1 -*-\nname = 'é'\n" + PRINTS_EVERY_STEP, encoding="latin-1")
+    assert [v.line for v in lint_paths([str(tmp_path)]).violations] == [6]
+
+
+def test_folders_of_other_peoples_code_are_not_walked(tmp_path):
+    for folder in (".venv/lib", "build", "__pycache__", ".git", "pkg.egg-info"):
+        write(tmp_path / folder / "train.py", PRINTS_EVERY_STEP)
+    write(tmp_path / "src" / "train.py", PRINTS_EVERY_STEP)
+    result = lint_paths([str(tmp_path)])
+    assert {v.path for v in result.violations} == {str(tmp_path / "src" / "train.py")}
+
+
+def test_a_missing_path_is_a_usage_error_naming_it(tmp_path):
+    with pytest.raises(LintError, match="no such file or directory: .*missing.py"):
+        lint_paths([str(tmp_path / "missing.py")])
+
+
+def test_select_and_ignore_take_codes_and_prefixes_and_refuse_typos(tmp_path):
+    path = write(tmp_path / "train.py", PRINTS_EVERY_STEP)
+    assert lint_paths([str(path)], select=["TM1"]).violations
+    assert not lint_paths([str(path)], ignore=["tm111"]).violations
+    with pytest.raises(LintError, match="'TM999' matches no rule"):
+        lint_paths([str(path)], select=["TM999"])
+
+
+def test_noqa_forms():
+    source = PRINTS_EVERY_STEP.replace("print(batch)", "print(batch)  # noqa")
+    assert lint_source(source) == []
+    source = PRINTS_EVERY_STEP.replace("print(batch)", "print(batch)  # NOQA:E501,TM111")
+    assert lint_source(source) == []
+    source = PRINTS_EVERY_STEP.replace("print(batch)", "print('# noqa: TM111')")
+    assert [v.code for v in lint_source(source)] == ["TM111"], "a noqa inside a string is not a comment"
+
+
+def test_a_rule_that_fails_on_a_file_is_reported_and_the_other_rules_still_run(tmp_path):
+    from dataclasses import replace
+
+    from trainmedic.guard.lint import get_rule
+    from trainmedic.guard.lint.engine import lint_bytes
+
+    def broken(context):
+        raise KeyError("surprise")
+
+    rules = [replace(get_rule("TM101"), check=broken), get_rule("TM111")]
+    violations, problems = lint_bytes(PRINTS_EVERY_STEP.encode(), "train.py", rules)
+    assert [v.code for v in violations] == ["TM111"]
+    assert [str(p) for p in problems] == [
+        "train.py: TM101 failed on this file (KeyError: 'surprise'); the other rules still ran. "
+        "Please report it with the file."
+    ]
