@@ -63,7 +63,7 @@ def _codes(text: str | None) -> list[str] | None:
 
 def _summary(result: LintResult) -> str:
     files = f"{result.files_checked} file{'s' if result.files_checked != 1 else ''} checked"
-    broken = sum(1 for p in result.problems if not p.skipped)
+    broken = sum(1 for p in result.problems if not p.skipped and not p.checked)
     tail = f"; {broken} could not be checked" if broken else ""
     if not result.violations:
         return f"No findings ({files}{tail})."

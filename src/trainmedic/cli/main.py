@@ -61,7 +61,7 @@ def demo(
 
 @app.command()
 def lint(
-    paths: list[str] = typer.Argument(None, metavar="[PATH]...", help="Python files or folders (default: .)."),
+    paths: list[str] = typer.Argument(None, metavar="PATH", help="Python files or folders (default: .)."),
     json_output: bool = typer.Option(False, "--json", help="Print findings as a JSON list on stdout."),
     explain: Optional[str] = typer.Option(None, "--explain", metavar="CODE", help="Explain a rule: why, fix, example."),
     select: Optional[str] = typer.Option(None, "--select", metavar="CODES", help="Only these codes or prefixes (TM107,TM11)."),

@@ -193,3 +193,113 @@ def test_a_one_off_backward_is_not_a_step_function():
     """
     ctx = context(source)
     assert sorted(f.name for f in ctx.step_functions) == ["closure", "train_batch"]
+
+
+def test_failure_and_exit_branches_run_on_few_steps_and_rank_checks_on_all():
+    source = """
+        for episode in range(episodes):
+            loss = run_episode(policy)
+            loss.backward()
+            optimizer.step()
+            try:
+                log(loss)
+            except ValueError:
+                warn()
+            if running_reward > threshold:
+                solved(episode)
+                break
+            if not finite(loss):
+                skipped(episode)
+                continue
+            if rank == 0:
+                on_main()
+            if dist.get_rank() == 0:
+                on_main_too()
+    """
+    ctx = context(source)
+    limited = {c.func.id: ctx.is_rate_limited(c) for c in ctx.nodes(ast.Call) if isinstance(c.func, ast.Name)}
+    assert {k: limited[k] for k in ("log", "warn", "solved", "skipped", "on_main", "on_main_too")} == {
+        "log": False, "warn": True, "solved": True, "skipped": True, "on_main": False, "on_main_too": False,
+    }
+
+
+def test_a_training_loop_behind_two_levels_of_helpers_is_found():
+    source = """
+        def backward_and_step(loss):
+            loss.backward()
+            optimizer.step()
+
+        def run_batch(batch):
+            loss = model(batch).mean()
+            backward_and_step(loss)
+            report(loss)
+
+        for batch in loader:
+            run_batch(batch)
+    """
+    ctx = context(source)
+    assert sorted(f.name for f in ctx.step_functions) == ["backward_and_step", "run_batch"]
+    assert ctx.is_per_step(call_at(ctx, 9))
+    assert len(ctx.step_loops) == 1
+
+
+def test_traced_functions_run_their_python_once():
+    source = """
+        import tensorflow as tf
+        import keras
+
+        @tf.function
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+            print("tracing")
+
+        class Custom(keras.Model):
+            def train_step(self, data):
+                print("tracing too")
+                return super().train_step(data)
+    """
+    ctx = context(source)
+    assert not ctx.is_per_step(call_at(ctx, 10))
+    assert not ctx.is_per_step(call_at(ctx, 14))
+
+
+def test_a_method_call_reaches_only_the_class_its_receiver_was_built_from():
+    source = """
+        class Buffer:
+            def sample(self, n):
+                return self.data[:n]
+
+        class Diffusion:
+            def sample(self, n):
+                print("denoising")
+
+        buffer = Buffer()
+        for step in range(steps):
+            x = buffer.sample(256)
+            model(x).mean().backward()
+            optimizer.step()
+            if step % 5000 == 0:
+                diffusion.sample(16)
+    """
+    ctx = context(source)
+    assert [f.lineno for f in ctx.per_step_callers] == [3]
+    assert not ctx.is_per_step(call_at(ctx, 8))
+
+
+def test_training_functions_include_callers_of_training_functions():
+    source = """
+        def train_one_epoch(model, loader):
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+
+        def run_fold(k):
+            train_one_epoch(model, loaders[k])
+
+        def plot(history):
+            pass
+    """
+    ctx = context(source)
+    assert sorted(f.name for f in ctx.training_functions) == ["run_fold", "train_one_epoch"]

@@ -97,3 +97,47 @@ def test_a_rule_that_fails_on_a_file_is_reported_and_the_other_rules_still_run(t
         "train.py: TM101 failed on this file (KeyError: 'surprise'); the other rules still ran. "
         "Please report it with the file."
     ]
+
+
+def test_a_too_deeply_nested_expression_is_a_problem_not_a_crash(tmp_path):
+    write(tmp_path / "deep.py", "loss = model(" + "+".join(["x"] * 5000) + ")\n")
+    write(tmp_path / "train.py", PRINTS_EVERY_STEP)
+    result = lint_paths([str(tmp_path)])
+    assert [v.line for v in result.violations] == [4]
+    assert [Path(p.path).name for p in result.problems] == ["deep.py"]
+    assert "nested too deeply" in result.problems[0].message
+
+
+def test_the_linted_codes_own_warnings_are_not_printed(tmp_path, capfd):
+    write(tmp_path / "esc.py", 'pattern = "\\d+"\n' + PRINTS_EVERY_STEP)
+    assert [v.line for v in lint_paths([str(tmp_path)]).violations] == [5]
+    assert capfd.readouterr().err == ""
+
+
+def test_columns_count_characters_and_lines_follow_python_line_ends():
+    source = "for batch in loader:\n    model(batch).sum().backward()\n    opt.step()\n    é = 1; print(batch)\n"
+    [violation] = lint_source(source)
+    assert (violation.line, violation.col) == (4, 12)  # 13 if bytes were counted
+    source = "\f\nx = '\u2028'\n" + PRINTS_EVERY_STEP.replace("print(batch)", "print(batch)  # noqa: TM111")
+    assert lint_source(source) == []
+
+
+def test_a_file_reached_twice_is_linted_once(tmp_path):
+    path = write(tmp_path / "src" / "train.py", PRINTS_EVERY_STEP)
+    (tmp_path / "link.py").symlink_to(path)
+    result = lint_paths([str(tmp_path), str(path)])
+    assert len(result.violations) == 1
+
+
+def test_virtualenvs_are_skipped_by_their_marker_not_their_name(tmp_path):
+    write(tmp_path / "myvenv" / "pyvenv.cfg", "home = /usr/bin\n")
+    write(tmp_path / "myvenv" / "lib" / "train.py", PRINTS_EVERY_STEP)
+    write(tmp_path / "env" / "cartpole.py", PRINTS_EVERY_STEP)
+    result = lint_paths([str(tmp_path)])
+    assert {Path(v.path).relative_to(tmp_path).as_posix() for v in result.violations} == {"env/cartpole.py"}
+
+
+def test_an_empty_selection_is_an_error_not_a_silent_pass(tmp_path):
+    path = write(tmp_path / "train.py", PRINTS_EVERY_STEP)
+    with pytest.raises(LintError, match="--select was given no codes"):
+        lint_paths([str(path)], select=[" "])

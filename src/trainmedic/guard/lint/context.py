@@ -32,7 +32,6 @@ _STEP_METHODS = frozenset({"train_on_batch", "apply_gradients"})
 _STEP_HELPER_NAME = re.compile(r"step|update|batch|iter|closure", re.IGNORECASE)
 _OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?(_|$)|optim", re.IGNORECASE)
 _SCHEDULER_NAME = re.compile(r"sched|lr_|warmup", re.IGNORECASE)
-#: Words that, in an ``if`` test, mean "only some steps": log every N, verbose, the last batch.
 #: Method names every framework object has: ``model.train()`` must not reach the user's ``train``.
 _COMMON_METHODS = frozenset(
     {
@@ -42,6 +41,11 @@ _COMMON_METHODS = frozenset(
         "apply", "items", "keys", "values", "copy", "format", "write", "read", "sum", "mean", "init", "setup",
     }
 )
+#: Which process or device this is: ``rank == 0`` holds on every step of that process.
+_IDENTITY_WORDS = re.compile(r"rank|process_index|is_main|master|world|node|device|gpu", re.IGNORECASE)
+#: Decorators that trace a function into a graph: its Python code runs once, not every step.
+_TRACING_DECORATORS = frozenset({"tensorflow.function", "jax.jit", "jax.pmap", "jax.pjit", "flax.linen.jit"})
+#: Words that, in an ``if`` test, mean "only some steps": log every N, verbose, the last batch.
 _RATE_WORDS = re.compile(
     r"interval|every|freq|period|verbose|debug|should_log|log_now|log_step|print_step|display|last|final",
     re.IGNORECASE,
@@ -55,19 +59,26 @@ class ModuleContext:
         self.tree = tree
         self.source = source
         self.path = path
-        self.lines = source.splitlines()
+        # Split on what Python counts as a line end only: str.splitlines() also splits on form
+        # feeds and U+2028, which would shift every later line away from ast's numbering.
+        self.lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self._parents: dict[ast.AST, ast.AST] = {}
         self._by_type: dict[type, list[ast.AST]] = defaultdict(list)
         for node in ast.walk(tree):
             self._by_type[type(node)].append(node)
             for child in ast.iter_child_nodes(node):
                 self._parents[child] = node
+        self._sorted: dict[tuple[type, ...], list[ast.AST]] = {}
         self.imports = import_map(tree)
         self.functions_by_name: dict[str, list[ast.AST]] = defaultdict(list)
         for function in self.nodes(*FUNCTIONS):
             self.functions_by_name[function.name].append(function)
+        self._instances = self._local_class_instances()
         self._optimizer_names = self._names_bound_to_optimizers()
         self.step_markers, self.step_functions, self.step_loops = self._find_training_loops()
+        #: Functions that train: a step anywhere in their body, loops included, or a call to
+        #: such a function (``train_one_epoch``, ``run_fold``).
+        self.training_functions = self._find_training_functions()
         #: Functions that run every step because a training loop calls them (not behind a
         #: rate-limiting ``if``), mapped to the call that makes them so.
         self.per_step_callers: dict[ast.AST, ast.Call] = {}
@@ -76,11 +87,13 @@ class ModuleContext:
     # -- navigation ---------------------------------------------------------------------------
 
     def nodes(self, *types: type[N]) -> list[N]:
-        """Every node of these types, in source order."""
-        found = [node for kind in types for node in self._by_type.get(kind, ())]
-        if len(types) > 1:
+        """Every node of these types, in source order (a fresh list: callers may change it)."""
+        found = self._sorted.get(types)
+        if found is None:
+            found = [node for kind in types for node in self._by_type.get(kind, ())]
             found.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
-        return found  # type: ignore[return-value]
+            self._sorted[types] = found
+        return list(found)  # type: ignore[return-value]
 
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self._parents.get(node)
@@ -166,7 +179,12 @@ class ModuleContext:
         return self.step_context(node) is not None
 
     def step_context(self, node: ast.AST) -> ast.AST | None:
-        """The training loop or step function that makes ``node`` run every step, else None."""
+        """The training loop or step function that makes ``node`` run every step, else None.
+
+        Python code in a traced function (``@tf.function``, ``@jax.jit``, a Keras ``train_step``
+        override) runs once, while the graph is built; the graph is what runs every step."""
+        if self._traced(self.scope_of(node)):
+            return None
         for loop in self.enclosing_loops(node):
             if loop in self.step_loops:
                 return loop
@@ -184,46 +202,94 @@ class ModuleContext:
         return None
 
     def is_rate_limited(self, node: ast.AST) -> bool:
-        """True when an ``if`` between ``node`` and its training loop lets it run only on some
-        steps: ``if step % 100 == 0``, ``if it % log_interval == 0 and master``, ``if verbose``,
-        ``if i == len(loader) - 1``. The ``else`` branch of such a test runs on most steps."""
+        """True when something between ``node`` and its training loop lets it run only on some
+        steps: an ``if step % N == 0``, ``if it % log_interval == 0 and master``, ``if verbose``,
+        ``if i == len(loader) - 1`` (the ``else`` branch of such a test runs on most steps); an
+        ``except`` block; an ``if`` whose block ends the step or the loop (``break``, ``return``,
+        ``raise``, ``continue``, ``sys.exit()``: "solved", "loss is NaN")."""
         context = self.step_context(node)
         child = node
         for ancestor in self.ancestors(node):
             if ancestor is context or isinstance(ancestor, SCOPES):
                 return False
+            if isinstance(ancestor, ast.ExceptHandler):
+                return True
             if isinstance(ancestor, (ast.If, ast.IfExp)) and _in_fields(child, ancestor, "body"):
-                if is_rate_limit(ancestor.test):
+                if is_rate_limit(ancestor.test) or (isinstance(ancestor, ast.If) and self._leaves(ancestor.body)):
                     return True
             child = ancestor
         return False
 
+    def _leaves(self, body: list[ast.stmt]) -> bool:
+        last = body[-1]
+        if isinstance(last, (ast.Break, ast.Continue, ast.Return, ast.Raise)):
+            return True
+        return isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and (
+            self.qualname(last.value.func) in ("sys.exit", "exit", "quit", "os._exit")
+        )
+
     def calls_local_function(self, call: ast.Call) -> list[ast.AST]:
         """The module's own functions this call may reach, matched by name: ``helper()`` reaches
-        plain functions, ``self.helper()`` the methods, ``pool.sample()`` methods whose name is
-        not one every framework object has (``train``, ``step``, ``update``...)."""
+        plain functions, ``self.helper()`` the methods, ``pool.sample()`` the methods of the
+        local class ``pool`` was built from — or, when that is unknown, the one local class that
+        has such a method and a name not every framework object has (``train``, ``step``...)."""
         func = call.func
         if isinstance(func, ast.Name):
             return [f for f in self.functions_by_name.get(func.id, ()) if not isinstance(self.parent(f), ast.ClassDef)]
         if not isinstance(func, ast.Attribute) or func.attr.startswith("__"):
             return []
         methods = [f for f in self.functions_by_name.get(func.attr, ()) if isinstance(self.parent(f), ast.ClassDef)]
+        if not methods:
+            return []
         if isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
             return methods
-        return [] if func.attr in _COMMON_METHODS else methods
+        classes = self._instances.get(last_name(func.value) or "", set())
+        if classes:
+            return [f for f in methods if self.parent(f).name in classes]
+        if func.attr in _COMMON_METHODS or len({self.parent(f) for f in methods}) > 1:
+            return []
+        return methods
+
+    def _local_class_instances(self) -> dict[str, set[str]]:
+        """``pool = TrajectoryPool(...)`` / ``self.pool = TrajectoryPool(...)`` → {"pool": {"TrajectoryPool"}}."""
+        classes = {node.name for node in self.nodes(ast.ClassDef)}
+        instances: dict[str, set[str]] = defaultdict(set)
+        for assign in self.nodes(ast.Assign):
+            if isinstance(assign.value, ast.Call) and (name := last_name(assign.value.func)) in classes:
+                for target in assign.targets:
+                    if (bound := last_name(target)) is not None:
+                        instances[bound].add(name)
+        return instances
+
+    def _traced(self, scope: ast.AST) -> bool:
+        if not isinstance(scope, FUNCTIONS):
+            return False
+        for decorator in scope.decorator_list:
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            if (self.qualname(target) or "") in _TRACING_DECORATORS:
+                return True
+        owner = self.parent(scope)
+        if scope.name in ("train_step", "test_step", "predict_step") and isinstance(owner, ast.ClassDef):
+            return any((self.qualname(base) or "").startswith("keras.") for base in owner.bases)
+        return False
 
     def _find_per_step_callees(self) -> None:
-        calls = self.nodes(ast.Call)
-        grew = True
-        while grew:
-            grew = False
-            for call in calls:
-                callees = [f for f in self.calls_local_function(call) if f not in self.step_functions]
-                callees = [f for f in callees if f not in self.per_step_callers and f is not self.scope_of(call)]
-                if callees and self.is_per_step(call) and not self.is_rate_limited(call):
+        # A worklist: every scope once, and a function again once it turns out to run per step
+        # (its calls outside loops were not per-step the first time).
+        pending: list[ast.AST] = [self.tree, *self.nodes(*FUNCTIONS)]
+        while pending:
+            scope = pending.pop()
+            for node in self.walk_scope(scope):
+                if not isinstance(node, ast.Call):
+                    continue
+                callees = [
+                    f for f in self.calls_local_function(node)
+                    if f not in self.step_functions and f not in self.per_step_callers and f is not scope
+                ]
+                if callees and self.is_per_step(node) and not self.is_rate_limited(node):
                     for function in callees:
-                        self.per_step_callers[function] = call
-                    grew = True
+                        self.per_step_callers[function] = node
+                        pending.append(function)
 
     def _names_bound_to_optimizers(self) -> set[str]:
         names = set()
@@ -256,30 +322,54 @@ class ModuleContext:
         for call in calls:
             for function in self.calls_local_function(call):
                 callers[function].append(call)
-        markers = {call for call in calls if self._is_direct_step(call)}
+        direct = {call for call in calls if self._is_direct_step(call)}
+        # Functions that do one step (outside any loop of theirs), directly or through helpers
+        # of helpers: ``run_batch`` → ``backward_and_step`` → ``loss.backward()``.
+        one_step = {self.scope_of(c) for c in direct if next(self.enclosing_loops(c), None) is None}
+        one_step = {f for f in one_step if isinstance(f, FUNCTIONS)}
+        grew = True
+        while grew:
+            grew = False
+            for function, calls_to in callers.items():
+                for call in calls_to:
+                    scope = self.scope_of(call)
+                    if function in one_step and isinstance(scope, FUNCTIONS) and scope not in one_step:
+                        if next(self.enclosing_loops(call), None) is None:
+                            one_step.add(scope)
+                            grew = True
+        # Of those, the ones that run every step: called from a loop or from another step
+        # function (or, called from nowhere here, named like a step helper).
         step_functions: set[ast.AST] = {f for f in self.nodes(*FUNCTIONS) if f.name in STEP_FUNCTION_NAMES}
-        # A function with a step outside any of its loops runs once per step when something calls
-        # it repeatedly; a call to it is then a step too. Iterate to a fixed point so helpers of
-        # helpers are found.
-        while True:
-            for call in calls:
-                if call not in markers and any(f in step_functions for f in self.calls_local_function(call)):
-                    markers.add(call)
-            candidates = {
-                scope
-                for call in markers
-                if isinstance(scope := self.scope_of(call), FUNCTIONS) and next(self.enclosing_loops(call), None) is None
-            }
-            grown = {f for f in candidates - step_functions if self._runs_every_step(f, callers[f], step_functions)}
-            if not grown:
-                break
-            step_functions |= grown
+        grew = True
+        while grew:
+            grew = False
+            for function in one_step - step_functions:
+                if self._runs_every_step(function, callers[function], step_functions):
+                    step_functions.add(function)
+                    grew = True
+        markers = set(direct)
+        for function in step_functions:
+            markers.update(callers[function])
         loops = set()
         for call in markers:
             innermost = next(self.enclosing_loops(call), None)
             if innermost is not None:
                 loops.add(innermost)
         return markers, step_functions, loops
+
+    def _find_training_functions(self) -> set[ast.AST]:
+        training = {scope for call in self.step_markers if isinstance(scope := self.function_of(call), FUNCTIONS)}
+        grew = True
+        while grew:
+            grew = False
+            for call in self.nodes(ast.Call):
+                scope = self.function_of(call)
+                if scope is not None and scope not in training and any(
+                    f in training for f in self.calls_local_function(call)
+                ):
+                    training.add(scope)
+                    grew = True
+        return training
 
     def _runs_every_step(self, function: ast.AST, callers: list[ast.Call], step_functions: set[ast.AST]) -> bool:
         """A function that does one step is a step function when it is called from a loop (or
@@ -342,19 +432,41 @@ def bound_names(target: ast.AST) -> set[str]:
     return set()
 
 
+def target_nodes(target: ast.AST) -> Iterator[ast.AST]:
+    """An assignment or ``for`` target and every target it unpacks (``a, (b, *c)``), outermost first."""
+    yield target
+    if isinstance(target, ast.Starred):
+        yield from target_nodes(target.value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from target_nodes(element)
+
+
 def is_rate_limit(test: ast.AST) -> bool:
     for node in ast.walk(test):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             return True
         # ``if step == 0`` or ``if i == len(loader) - 1``: one step of many. A string on either
-        # side (``if mode == "train"``) is a configuration switch, true on every step or none.
+        # side (``if mode == "train"``) is a configuration switch, and ``if rank == 0`` says
+        # which process: both are true on every step or on none.
         if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq) for op in node.ops):
-            if string_value(node.left) is None and all(string_value(c) is None for c in node.comparators):
+            sides = [node.left, *node.comparators]
+            if all(string_value(side) is None for side in sides) and not any(
+                _IDENTITY_WORDS.search(word) for side in sides for word in _words(side)
+            ):
                 return True
         word = last_name(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
         if word and _RATE_WORDS.search(word):
             return True
     return False
+
+
+def _words(expr: ast.AST) -> Iterator[str]:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name):
+            yield node.id
+        elif isinstance(node, ast.Attribute):
+            yield node.attr
 
 
 def _in_fields(child: ast.AST, parent: ast.AST, *fields: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+import warnings
 from typing import Iterable
 
 from trainmedic.guard.lint.context import ModuleContext
@@ -31,7 +32,7 @@ def lint_paths(paths: Iterable[str], select: Iterable[str] | None = None, ignore
         violations, problems = lint_bytes(data, path, rules)
         result.violations.extend(violations)
         result.problems.extend(problems)
-        if not any(p.message.endswith(_NOT_CHECKED) for p in problems):
+        if all(p.checked for p in problems):
             result.files_checked += 1
     result.violations.sort()
     result.problems.sort()
@@ -40,7 +41,7 @@ def lint_paths(paths: Iterable[str], select: Iterable[str] | None = None, ignore
 
 def lint_source(source: str, path: str = "<string>", rules: list[Rule] | None = None) -> list[Violation]:
     """Lint Python source text; raises SyntaxError when it does not parse."""
-    tree = ast.parse(source, filename=path)
+    tree = _parse(source, path)
     violations, _ = _run(ModuleContext(tree, source, path), select_rules(None, None) if rules is None else rules, strict=True)
     return violations
 
@@ -52,16 +53,25 @@ def lint_bytes(data: bytes, path: str, rules: list[Rule]) -> tuple[list[Violatio
     except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
         return [], [FileProblem(path, f"cannot be decoded as Python source ({exc}); {_NOT_CHECKED}")]
     try:
-        tree = ast.parse(source, filename=path)
+        tree = _parse(source, path)
     except SyntaxError as exc:
         where = f"{exc.lineno or 1}:{exc.offset or 1}"
         return [], [FileProblem(path, f"{where}: syntax error: {exc.msg}; {_NOT_CHECKED}")]
     except ValueError as exc:  # source with NUL bytes
         return [], [FileProblem(path, f"not Python source ({exc}); {_NOT_CHECKED}")]
+    except (RecursionError, MemoryError):
+        return [], [FileProblem(path, f"an expression is nested too deeply for Python's parser; {_NOT_CHECKED}")]
     return _run(ModuleContext(tree, source, path), rules)
 
 
 _NOT_CHECKED = "the file was not checked"
+
+
+def _parse(source: str, path: str) -> ast.Module:
+    # The code is read, not run: its SyntaxWarnings (invalid escapes...) are not ours to print.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(source, filename=path)
 
 
 def _run(context: ModuleContext, rules: list[Rule], strict: bool = False) -> tuple[list[Violation], list[FileProblem]]:
@@ -76,15 +86,16 @@ def _run(context: ModuleContext, rules: list[Rule], strict: bool = False) -> tup
                 raise
             problems.append(
                 FileProblem(context.path, f"{rule.code} failed on this file ({type(exc).__name__}: {exc}); "
-                            "the other rules still ran. Please report it with the file.")
+                            "the other rules still ran. Please report it with the file.", checked=True)
             )
             continue
         for node, message in reported:
             line = getattr(node, "lineno", 1)
-            col = getattr(node, "col_offset", 0) + 1
             text = context.lines[line - 1] if 0 < line <= len(context.lines) else ""
+            # ast counts UTF-8 bytes; editors count characters.
+            col = len(text.encode("utf-8")[: getattr(node, "col_offset", 0)].decode("utf-8", "replace")) + 1
             if "noqa" in text.lower():
-                # Only a real comment counts, not "# noqa" inside a string: tokenize, once per file.
+                # Only a real comment counts, not the word inside a string: tokenize, once per file.
                 comments = _comments(context.source) if comments is None else comments
                 if is_silenced(comments.get(line, ""), rule.code):
                     continue

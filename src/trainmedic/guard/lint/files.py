@@ -11,7 +11,7 @@ from trainmedic.guard.lint.model import FileProblem
 #: Folders that hold other people's code or build output, never the user's training code.
 _SKIPPED_DIRS = frozenset(
     {
-        ".git", ".hg", ".svn", ".venv", "venv", ".env", "env", "__pycache__", "node_modules", "build", "dist",
+        ".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", "build", "dist",
         ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache", "site-packages", ".eggs", ".ipynb_checkpoints",
     }
 )
@@ -33,19 +33,27 @@ def discover(paths: list[str]) -> tuple[list[str], list[FileProblem]]:
                 problems.append(FileProblem(str(path), "not a Python file (no .py suffix or python shebang), skipped", True))
         else:
             raise LintError(f"no such file or directory: {given!r}; give Python files or folders that hold them")
-    return sorted(dict.fromkeys(found)), problems
+    # One file given twice, or reached through a symlink, is linted once, under its first spelling.
+    unique: dict[str, str] = {}
+    for name in sorted(found):
+        unique.setdefault(os.path.realpath(name), name)
+    return sorted(unique.values()), problems
 
 
 def _walk(root: Path) -> list[str]:
     files = []
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.endswith(".egg-info"))
-        files.extend(os.path.normpath(os.path.join(folder, name)) for name in names if name.endswith(".py"))
+        # A virtualenv by any name (env/ is also a common name for RL environments' code).
+        dirs[:] = sorted(
+            d for d in dirs
+            if d not in _SKIPPED_DIRS and not d.endswith(".egg-info") and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
+        )
+        files.extend(os.path.normpath(os.path.join(folder, name)) for name in names if name.endswith((".py", ".pyw")))
     return files
 
 
 def _is_python(path: Path) -> bool:
-    if path.suffix in (".py", ".pyw"):
+    if path.suffix in (".py", ".pyw", ".pyi"):  # pre-commit's `types: [python]` includes stubs
         return True
     if path.suffix:
         return False

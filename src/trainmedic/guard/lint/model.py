@@ -35,6 +35,8 @@ class FileProblem:
     message: str
     #: True when the file was skipped on purpose (not Python): it does not make the run fail.
     skipped: bool = False
+    #: True when the file was still checked, by all rules but one that failed on it.
+    checked: bool = False
 
     def __str__(self) -> str:
         # "path:1:7: syntax error..." when the message starts with a place, so editors can jump.

@@ -191,6 +191,26 @@ def test_a_buffer_the_step_method_flushes_or_a_deque_window_is_not_flagged(lines
     assert lines(source, "TM106") == []
 
 
+def test_a_deque_window_made_before_the_step_loop_is_not_flagged(lines):
+    source = """
+        import collections
+        import torch
+
+        window = collections.deque(maxlen=100)
+        history = collections.deque()
+        for step, (x, y) in enumerate(loader):
+            loss = criterion(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            window.append(loss.detach())
+            smooth = torch.stack(list(window)).mean()
+            history.append(loss.detach())
+            curve = torch.stack(list(history))
+    """
+    assert lines(source, "TM106") == [15]
+
+
 def test_epoch_end_hooks_and_pool_finalization_are_not_flagged(lines):
     source = """
         import torch

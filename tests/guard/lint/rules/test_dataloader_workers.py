@@ -245,3 +245,23 @@ def test_a_parameter_with_the_loaders_name_is_another_loader(lines):
         evaluate(model, val_loader)
     """
     assert lines(source, "TM110") == []
+
+
+def test_a_dataset_chosen_in_branches_counts_when_any_branch_reads_files(lines):
+    # Reduced from an ImageNet example: FakeData behind --dummy, ImageFolder by default.
+    source = """
+        import torch
+        from torchvision import datasets
+
+        if args.dummy:
+            ds = datasets.FakeData(1000, (3, 224, 224), 10)
+        else:
+            ds = datasets.ImageFolder(args.data)
+        loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=4)
+        for epoch in range(args.epochs):
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+    """
+    assert lines(source, "TM110") == [9]

@@ -94,3 +94,19 @@ def test_noqa_silences_the_line():
             print("y")  # noqa: E501
     """)
     assert [v.line for v in lint_source(source) if v.code == "TM111"] == [6]
+
+
+def test_a_print_before_break_runs_once_but_one_behind_a_rank_check_runs_every_step(lines):
+    # Reduced from a REINFORCE example ("Solved!" then break) and a Fabric meta-learning loop.
+    source = """
+        for episode in range(num_episodes):
+            loss = run_episode(policy)
+            loss.backward()
+            optimizer.step()
+            if running_reward > threshold:
+                print("solved at episode", episode)
+                break
+            if rank == 0:
+                print("iteration", episode)
+    """
+    assert lines(source, "TM111") == [10]

@@ -132,6 +132,55 @@ def test_callables_used_up_within_the_iteration_are_not_flagged(lines):
     assert lines(source, "TM101") == []
 
 
+def test_kfold_loop_training_through_a_local_helper_is_not_flagged(lines):
+    source = """
+        import torch
+        from torch.utils.data import DataLoader, Subset
+
+        def train_one_epoch(model, loader, optimizer):
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+        def run_fold(model, loader):
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(10):
+                train_one_epoch(model, loader, optimizer)
+
+        for fold, (train_idx, val_idx) in enumerate(kfold.split(dataset)):
+            mean, std = stats[fold]
+            loader = DataLoader(Subset(dataset, train_idx), batch_size=64,
+                                collate_fn=lambda b: normalize(default_collate(b), mean, std))
+            model = Net()
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(10):
+                train_one_epoch(model, loader, optimizer)
+
+        for fold, (train_idx, val_idx) in enumerate(kfold.split(dataset)):
+            mean, std = stats[fold]
+            loader = DataLoader(Subset(dataset, train_idx), collate_fn=lambda b: normalize(b, mean, std))
+            run_fold(Net(), loader)
+    """
+    assert lines(source, "TM101") == []
+
+
+def test_the_fix_binds_every_captured_variable(lint):
+    source = """
+        from torch.utils.data import DataLoader
+
+        loaders = []
+        for fold, (mean, std) in enumerate(stats):
+            loaders.append(DataLoader(folds[fold], collate_fn=lambda b: normalize(b, mean, std)))
+        evaluate_all(loaders)
+    """
+    [(line, message)] = lint(source, "TM101")
+    assert line == 6
+    assert "`mean`, `std`" in message
+    assert "bind them now with `lambda b, mean=mean, std=std: ...`" in message
+
+
 def test_noqa_silences_the_line():
     source = textwrap.dedent("""
         from keras import layers

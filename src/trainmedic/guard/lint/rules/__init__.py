@@ -39,6 +39,8 @@ def select_rules(select: Iterable[str] | None, ignore: Iterable[str] | None) -> 
     None) minus those matching ``ignore``. A code or prefix that matches no rule is an error,
     so a typo never silently turns a rule off."""
     rules = list(all_rules())
+    if select is not None and not _checked(select):
+        raise LintError(f"--select was given no codes; give codes or prefixes of {_codes()}")
     chosen = rules if select is None else [r for r in rules if _matches(r, _checked(select))]
     ignored = _checked(ignore or [])
     return [rule for rule in chosen if not _matches(rule, ignored)]

@@ -94,9 +94,25 @@ def _grown_in_loop(context: ModuleContext, call: ast.Call, key: str) -> ast.AST 
     grows, resets = _changes(context, body, key)
     grows = [g for g in grows if not context.is_rate_limited(g)]
     # A list made anew in the iteration (parts = [] ... torch.cat(parts)) costs one copy per step.
-    if resets or not grows:
+    if resets or not grows or _bounded(context, key):
         return None
     return grows[0]
+
+
+def _bounded(context: ModuleContext, key: str) -> bool:
+    """``window = deque(maxlen=100)`` anywhere in the module: appends drop the oldest entry, so
+    the copy stays the same size. Matched by name alone: a miss only loses a finding."""
+    for node in context.nodes(ast.Assign, ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        value = node.value
+        if not isinstance(value, ast.Call) or not any(_key(t) == key for t in targets):
+            continue
+        if context.qualname(value.func) not in ("collections.deque", "deque"):
+            continue
+        maxlen = argument(value, 1, "maxlen")
+        if maxlen is not None and not (isinstance(maxlen, ast.Constant) and maxlen.value is None):
+            return True
+    return False
 
 
 def _grown_elsewhere(context: ModuleContext, call: ast.Call, key: str) -> ast.AST | None:

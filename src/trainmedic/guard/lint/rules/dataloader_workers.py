@@ -7,7 +7,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext, argument, keyword, last_name
+from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext, argument, keyword, last_name, target_nodes
 from trainmedic.guard.lint.model import Rule
 
 #: Calls that read a file (or decode one) when a sample is fetched.
@@ -167,8 +167,8 @@ def _dataset_class(context: ModuleContext, expr: ast.AST, at: ast.AST, classes: 
             n.value for n in context.walk_scope(scope)
             if isinstance(n, ast.Assign) and any(target in _unpacked(t) for t in n.targets)
         ]
-        if isinstance(expr, ast.Name) and values:
-            return _dataset_class(context, values[-1], values[-1], classes, depth + 1)
+        # Any branch's dataset counts: `if args.dummy: FakeData(...) else: ImageFolder(...)` reads
+        # files on the default path.
         for value in values:
             found = _dataset_class(context, value, value, classes, depth + 1)
             if found:
@@ -178,9 +178,7 @@ def _dataset_class(context: ModuleContext, expr: ast.AST, at: ast.AST, classes: 
 
 def _unpacked(target: ast.AST) -> list[str]:
     """``a`` → ["a"]; ``self.train, self.val`` → ["self.train", "self.val"]."""
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return [name for element in target.elts for name in _unpacked(element)]
-    return [ast.unparse(target)]
+    return [ast.unparse(t) for t in target_nodes(target) if not isinstance(t, (ast.Tuple, ast.List, ast.Starred))]
 
 
 def _iterated_every_epoch(context: ModuleContext, loader_call: ast.Call) -> str | None:

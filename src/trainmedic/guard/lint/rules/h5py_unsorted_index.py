@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext, argument, keyword, last_name
+from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext, argument, keyword, last_name, target_nodes
 from trainmedic.guard.lint.model import Rule
 
 #: Calls whose result is an index array in random order.
@@ -99,13 +99,13 @@ class _Flow:
             if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 value = None if isinstance(node, ast.AugAssign) else node.value
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                    for element in _unpacked(target):
+                    for element in target_nodes(target):
                         add(element, node, "assign", value if element is target else None)
             elif isinstance(node, (ast.For, ast.AsyncFor)):
-                for element in _unpacked(node.target):
+                for element in target_nodes(node.target):
                     add(element, node.target, "assign", None)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-                for element in _unpacked(node.optional_vars):
+                for element in target_nodes(node.optional_vars):
                     add(element, element, "assign", node.context_expr if element is node.optional_vars else None)
             elif isinstance(node, ast.Call):
                 shuffled = _shuffled_in_place(self.context, node)
@@ -224,16 +224,6 @@ def _is_variable(expr: ast.AST) -> bool:
     if isinstance(expr, ast.Attribute):
         return isinstance(expr.value, ast.Name) and expr.value.id == "self"
     return isinstance(expr, ast.Name)
-
-
-def _unpacked(target: ast.AST) -> Iterator[ast.AST]:
-    """The target itself, and each name an unpacking binds (``a, (b, *c) = ...``)."""
-    yield target
-    if isinstance(target, ast.Starred):
-        yield from _unpacked(target.value)
-    elif isinstance(target, (ast.Tuple, ast.List)):
-        for element in target.elts:
-            yield from _unpacked(element)
 
 
 def _is_none(expr: ast.AST | None) -> bool:

@@ -307,25 +307,6 @@ def _feeds_environment(context: ModuleContext, call: ast.Call) -> bool:
     return False
 
 
-def _on_failure(context: ModuleContext, node: ast.AST) -> bool:
-    """In an ``except`` block, or an ``if`` that ends in raise/exit/break/continue: code that runs
-    when something went wrong (``if not math.isfinite(loss): print(...); sys.exit(1)``)."""
-    stop, child = context.step_context(node), node
-    for ancestor in context.ancestors(node):
-        if ancestor is stop or isinstance(ancestor, SCOPES):
-            return False
-        if isinstance(ancestor, ast.ExceptHandler):
-            return True
-        if isinstance(ancestor, ast.If) and child in ancestor.body:
-            last = ancestor.body[-1]
-            exit_call = isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and (
-                context.qualname(last.value.func) in ("sys.exit", "exit", "quit", "os._exit"))
-            if exit_call or isinstance(last, (ast.Raise, ast.Break, ast.Continue)):
-                return True
-        child = ancestor
-    return False
-
-
 def _short(call: ast.Call) -> str:
     """``loss.item()``; ``float(clip_grad_norm_(...))`` when the full text is long."""
     text = ast.unparse(call)
@@ -344,7 +325,7 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         if call.lineno in seen or not context.is_per_step(call) or context.is_rate_limited(call):
             continue
         what = _syncs(flow, call)
-        if what is None or _on_failure(context, call) or _feeds_environment(context, call):
+        if what is None or _feeds_environment(context, call):
             continue
         seen.add(call.lineno)
         caller = context.called_every_step_from(call)

@@ -209,19 +209,22 @@ def _trains_each_iteration(context: ModuleContext, loop: ast.AST) -> bool:
     callables it made before the next iteration rebinds their variables."""
     if isinstance(loop, _COMPREHENSIONS):
         return False
+    training = context.training_functions
     for node in context.walk_scope(loop):
         if isinstance(node, ast.Call):
             name = last_name(node.func)
             if node in context.step_markers or name in _TRAIN_CALLS:
                 return True
+            if training and any(f in training for f in context.calls_local_function(node)):
+                return True  # train_one_epoch(model, loader, opt), which steps in its own loop
             if name == "train" and (node.args or node.keywords or isinstance(node.func, ast.Name)):
                 return True  # train(model, loader), not the mode switch model.train()
     return False
 
 
-def _describe(function: ast.AST, variable: str) -> tuple[str, str]:
+def _describe(function: ast.AST, variables: list[str]) -> tuple[str, str]:
     params = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
-    signature = ", ".join([*params, f"{variable}={variable}"])
+    signature = ", ".join([*params, *(f"{v}={v}" for v in variables)])
     if isinstance(function, ast.Lambda):
         return "lambda", f"`lambda {signature}: ...`"
     return f"nested function {function.name}()", f"`def {function.name}({signature}):`"
@@ -248,14 +251,18 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
 
 
 def _message(function: ast.AST, captured: list[str], how: str) -> str:
-    what, fix = _describe(function, captured[0])
+    what, fix = _describe(function, captured)
     names = ", ".join(f"`{n}`" for n in captured)
     plural = "s" if len(captured) > 1 else ""
     if how.startswith("is run by"):
         effect = "it may read a later iteration's value"
     else:
         effect = "every call sees the value from the last iteration"
-    return f"{what} captures loop variable{plural} {names} and {how}: {effect}; bind it now with {fix} or functools.partial"
+    them = "them" if plural else "it"
+    return (
+        f"{what} captures loop variable{plural} {names} and {how}: {effect}; "
+        f"bind {them} now with {fix} or functools.partial"
+    )
 
 
 def _decorated_later(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
