@@ -64,11 +64,18 @@ class ModuleContext:
         self.lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self._parents: dict[ast.AST, ast.AST] = {}
         self._by_type: dict[type, list[ast.AST]] = defaultdict(list)
+        #: The field of its parent each node sits in ("body", "orelse", "test"...): asking "is
+        #: this in the loop's body" is then one lookup, not a scan of a 10,000-statement body.
+        self._field: dict[ast.AST, str] = {}
         for node in ast.walk(tree):
             self._by_type[type(node)].append(node)
-            for child in ast.iter_child_nodes(node):
-                self._parents[child] = node
+            for name, value in ast.iter_fields(node):
+                for child in value if isinstance(value, list) else (value,):
+                    if isinstance(child, ast.AST):
+                        self._parents[child] = node
+                        self._field[child] = name
         self._sorted: dict[tuple[type, ...], list[ast.AST]] = {}
+        self._scope_nodes: dict[ast.AST, tuple[ast.AST, ...]] = {}
         self.imports = import_map(tree)
         self.functions_by_name: dict[str, list[ast.AST]] = defaultdict(list)
         for function in self.nodes(*FUNCTIONS):
@@ -123,14 +130,19 @@ class ModuleContext:
                 return ancestor
         return None
 
-    def walk_scope(self, scope: ast.AST) -> Iterator[ast.AST]:
-        """The nodes of a scope's own body, not those of functions, lambdas or classes inside it."""
-        stack = list(ast.iter_child_nodes(scope))
-        while stack:
-            node = stack.pop()
-            yield node
-            if not isinstance(node, SCOPES):
-                stack.extend(ast.iter_child_nodes(node))
+    def walk_scope(self, scope: ast.AST) -> tuple[ast.AST, ...]:
+        """The nodes of a scope's own body, not those of functions, lambdas or classes inside it
+        (the inner scope's own node is included). Cached: rules ask for the same scopes often."""
+        found = self._scope_nodes.get(scope)
+        if found is None:
+            nodes, stack = [], list(ast.iter_child_nodes(scope))
+            while stack:
+                node = stack.pop()
+                nodes.append(node)
+                if not isinstance(node, SCOPES):
+                    stack.extend(ast.iter_child_nodes(node))
+            found = self._scope_nodes[scope] = tuple(nodes)
+        return found
 
     def enclosing_loops(self, node: ast.AST) -> Iterator[ast.For | ast.AsyncFor | ast.While]:
         """Loops whose *repeated part* holds ``node``, innermost first, within its own scope.
@@ -142,9 +154,9 @@ class ModuleContext:
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, SCOPES):
                 return
-            if isinstance(ancestor, (ast.For, ast.AsyncFor)) and _in_fields(child, ancestor, "body"):
+            if isinstance(ancestor, (ast.For, ast.AsyncFor)) and self._field.get(child) == "body":
                 yield ancestor
-            elif isinstance(ancestor, ast.While) and not _in_fields(child, ancestor, "orelse"):
+            elif isinstance(ancestor, ast.While) and self._field.get(child) != "orelse":
                 yield ancestor
             child = ancestor
 
@@ -214,7 +226,7 @@ class ModuleContext:
                 return False
             if isinstance(ancestor, ast.ExceptHandler):
                 return True
-            if isinstance(ancestor, (ast.If, ast.IfExp)) and _in_fields(child, ancestor, "body"):
+            if isinstance(ancestor, (ast.If, ast.IfExp)) and self._field.get(child) == "body":
                 if is_rate_limit(ancestor.test) or (isinstance(ancestor, ast.If) and self._leaves(ancestor.body)):
                     return True
             child = ancestor
@@ -318,35 +330,40 @@ class ModuleContext:
 
     def _find_training_loops(self) -> tuple[set[ast.Call], set[ast.AST], set[ast.AST]]:
         calls = self.nodes(ast.Call)
+        scope = {call: self.scope_of(call) for call in calls}
+        in_loop = {call: next(self.enclosing_loops(call), None) is not None for call in calls}
         callers: dict[ast.AST, list[ast.Call]] = defaultdict(list)
         for call in calls:
             for function in self.calls_local_function(call):
                 callers[function].append(call)
         direct = {call for call in calls if self._is_direct_step(call)}
         # Functions that do one step (outside any loop of theirs), directly or through helpers
-        # of helpers: ``run_batch`` → ``backward_and_step`` → ``loss.backward()``.
-        one_step = {self.scope_of(c) for c in direct if next(self.enclosing_loops(c), None) is None}
-        one_step = {f for f in one_step if isinstance(f, FUNCTIONS)}
-        grew = True
-        while grew:
-            grew = False
-            for function, calls_to in callers.items():
-                for call in calls_to:
-                    scope = self.scope_of(call)
-                    if function in one_step and isinstance(scope, FUNCTIONS) and scope not in one_step:
-                        if next(self.enclosing_loops(call), None) is None:
-                            one_step.add(scope)
-                            grew = True
+        # of helpers: ``run_batch`` → ``backward_and_step`` → ``loss.backward()``. Worklists
+        # keep a chain of N helpers linear.
+        one_step = {scope[c] for c in direct if not in_loop[c] and isinstance(scope[c], FUNCTIONS)}
+        pending = list(one_step)
+        while pending:
+            function = pending.pop()
+            for call in callers[function]:
+                caller = scope[call]
+                if isinstance(caller, FUNCTIONS) and caller not in one_step and not in_loop[call]:
+                    one_step.add(caller)
+                    pending.append(caller)
         # Of those, the ones that run every step: called from a loop or from another step
         # function (or, called from nowhere here, named like a step helper).
         step_functions: set[ast.AST] = {f for f in self.nodes(*FUNCTIONS) if f.name in STEP_FUNCTION_NAMES}
-        grew = True
-        while grew:
-            grew = False
-            for function in one_step - step_functions:
-                if self._runs_every_step(function, callers[function], step_functions):
-                    step_functions.add(function)
-                    grew = True
+        step_functions |= {f for f in one_step if self._runs_every_step(f, callers[f], in_loop)}
+        callees: dict[ast.AST, set[ast.AST]] = defaultdict(set)
+        for function in one_step:
+            for call in callers[function]:
+                callees[scope[call]].add(function)
+        pending = list(step_functions)
+        while pending:
+            function = pending.pop()
+            for callee in callees[function] - step_functions:
+                step_functions.add(callee)
+                pending.append(callee)
+        self._callers, self._call_scope = callers, scope
         markers = set(direct)
         for function in step_functions:
             markers.update(callers[function])
@@ -357,31 +374,26 @@ class ModuleContext:
                 loops.add(innermost)
         return markers, step_functions, loops
 
+    def _runs_every_step(self, function: ast.AST, callers: list[ast.Call], in_loop: dict[ast.Call, bool]) -> bool:
+        """A function that does one step is a step function when it is called from a loop (or,
+        see the caller, from another step function). One nobody in this module calls is judged
+        by its name: a ``train_batch``/``update``/``closure`` helper is, a ``test_backward`` or a
+        one-off full-batch ``fit_once`` is not."""
+        if callers:
+            return any(in_loop[call] for call in callers)
+        return not function.name.startswith("test") and bool(_STEP_HELPER_NAME.search(function.name))
+
     def _find_training_functions(self) -> set[ast.AST]:
         training = {scope for call in self.step_markers if isinstance(scope := self.function_of(call), FUNCTIONS)}
-        grew = True
-        while grew:
-            grew = False
-            for call in self.nodes(ast.Call):
-                scope = self.function_of(call)
-                if scope is not None and scope not in training and any(
-                    f in training for f in self.calls_local_function(call)
-                ):
-                    training.add(scope)
-                    grew = True
+        pending = list(training)
+        while pending:
+            function = pending.pop()
+            for call in self._callers.get(function, ()):
+                caller = self.function_of(call)
+                if caller is not None and caller not in training:
+                    training.add(caller)
+                    pending.append(caller)
         return training
-
-    def _runs_every_step(self, function: ast.AST, callers: list[ast.Call], step_functions: set[ast.AST]) -> bool:
-        """A function that does one step is a step function when it is called from a loop (or
-        from another step function). One nobody in this module calls is judged by its name: a
-        ``train_batch``/``update``/``closure`` helper is, a ``test_backward`` or a one-off
-        full-batch ``fit_once`` is not."""
-        if callers:
-            return any(
-                next(self.enclosing_loops(call), None) is not None or self.scope_of(call) in step_functions
-                for call in callers
-            )
-        return not function.name.startswith("test") and bool(_STEP_HELPER_NAME.search(function.name))
 
 
 # -- small helpers shared by the rules ---------------------------------------------------------
@@ -467,14 +479,6 @@ def _words(expr: ast.AST) -> Iterator[str]:
             yield node.id
         elif isinstance(node, ast.Attribute):
             yield node.attr
-
-
-def _in_fields(child: ast.AST, parent: ast.AST, *fields: str) -> bool:
-    for name in fields:
-        value = getattr(parent, name, None)
-        if value is child or (isinstance(value, list) and any(item is child for item in value)):
-            return True
-    return False
 
 
 def source_order(nodes: Iterable[N]) -> list[N]:

@@ -1,8 +1,10 @@
 """TM107: host syncs on every training step of a GPU script, and the look-alikes that are free."""
 
+import ast
 import textwrap
 
 from trainmedic.guard.lint import get_rule, lint_source
+from trainmedic.guard.lint.context import ModuleContext
 
 GPU = """
     import torch
@@ -316,3 +318,37 @@ def test_submodule_outputs_are_on_the_device(lines):
             return feats.cpu(), int(logits.argmax())
     """
     assert lines(source, "TM107") == [13]
+
+
+def _module_scans(source: str, code: str) -> tuple[int, int]:
+    """(findings, how many times the rule listed every call of the module)."""
+    source = textwrap.dedent(source)
+    context = ModuleContext(ast.parse(source), source, "train.py")
+    nodes, scans = context.nodes, []
+
+    def counting(*types):
+        scans.append(types)
+        return nodes(*types)
+
+    context.nodes = counting  # type: ignore[method-assign]
+    findings = list(get_rule(code).check(context))
+    return len(findings), sum(1 for types in scans if types == (ast.Call,))
+
+
+def test_what_the_environment_needs_is_found_once_per_module():
+    loop = """
+        import torch
+        device = torch.device("cuda")
+        for step, (obs, target) in enumerate(loader):
+            loss = criterion(policy_net(obs.to(device)), target.to(device))
+            loss.backward()
+            optimizer.step()
+            action = policy_net(obs).argmax().item()
+            env.step(action)
+    """
+    few = textwrap.dedent(loop) + "".join(f"    m{i} = loss.item()\n" for i in range(5))
+    many = textwrap.dedent(loop) + "".join(f"    m{i} = loss.item()\n" for i in range(60))
+    found_few, scans_few = _module_scans(few, "TM107")
+    found_many, scans_many = _module_scans(many, "TM107")
+    assert (found_few, found_many) == (5, 60)
+    assert scans_few == scans_many

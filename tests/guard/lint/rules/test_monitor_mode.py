@@ -55,8 +55,31 @@ def test_builtin_metric_that_old_keras_minimises_is_a_silent_bug(lint):
     found = lint(source, "TM102")
     assert [line for line, _ in found] == [5, 7, 8]
     assert "higher-is-better" in found[0][1] and "worst one" in found[0][1] and "raises" not in found[0][1]
-    assert "tf.keras 2 guess mode='min'" in found[1][1]
+    assert "tf.keras 2 guesses mode='min'" in found[1][1]
+    assert "restore_best_weights" not in found[1][1]
     assert "raises" not in found[2][1] and "the learning rate is cut" in found[2][1]
+
+
+def test_restore_best_weights_is_named_only_when_it_is_on(lint):
+    source = """
+        from tensorflow import keras
+
+        model.compile("adam", loss="sparse_categorical_crossentropy", metrics=[keras.metrics.Precision()])
+        callbacks = [
+            keras.callbacks.EarlyStopping(monitor="val_precision", patience=3),
+            keras.callbacks.EarlyStopping(monitor="val_precision", patience=3, restore_best_weights=False),
+            keras.callbacks.EarlyStopping("val_precision", 0, 3, 0, "auto", None, True),
+            keras.callbacks.EarlyStopping(monitor="val_precision", restore_best_weights=True),
+            keras.callbacks.ReduceLROnPlateau(monitor="val_precision", patience=2),
+        ]
+    """
+    found = lint(source, "TM102")
+    assert [line for line, _ in found] == [6, 7, 8, 9, 10]
+    keeps_worst = ["restore_best_weights keeps the worst epoch" in message for _, message in found]
+    assert keeps_worst == [False, False, True, True, False]
+    assert all("training stops while it is still improving" in m for _, m in found[:4])
+    assert "tf.keras 2 guesses mode='min'" in found[0][1]
+    assert "tf.keras 2 and Keras < 3.11 guess mode='min'" in found[4][1]
 
 
 def test_per_output_log_key_of_a_multi_output_model(lint):
@@ -127,7 +150,7 @@ def test_named_builtin_metric_is_resolved_by_keras_3(lines):
     source = """
         from tensorflow import keras
 
-        model.compile("adam", "categorical_crossentropy", metrics=[keras.metrics.MeanIoU(num_classes=3, name="iou")])
+        model.compile("adam", "categorical_crossentropy", metrics=[keras.metrics.MeanIoU(3, name="iou")])
         keras.callbacks.EarlyStopping(monitor="val_iou", patience=3)
         keras.callbacks.EarlyStopping(monitor="val_miou", patience=3)
     """

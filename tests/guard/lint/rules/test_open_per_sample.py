@@ -1,8 +1,10 @@
 """TM105: a file or database connection opened for every sample or every step."""
 
+import ast
 import textwrap
 
 from trainmedic.guard.lint import get_rule, lint_source
+from trainmedic.guard.lint.context import ModuleContext
 
 
 def test_hdf5_reopened_in_getitem(lint):
@@ -29,7 +31,9 @@ def test_hdf5_reopened_in_getitem(lint):
     """
     [(line, message)] = lint(source, "TM105")
     assert line == 17
-    assert message.startswith("h5py.File(self.h5_path) opens the same file on every SignalDataset.__getitem__ call")
+    assert message.startswith(
+        "h5py.File(self.h5_path) opens the same file on every SignalDataset.__getitem__ call"
+    )
     assert "lazily once per worker" in message and "data.load(" in message and not message.endswith(".")
 
 
@@ -324,3 +328,36 @@ def test_ensure_open_helpers_and_one_off_step_functions_are_fine(lines):
             assert torch.equal(copy(x), reference)
     """
     assert lines(source, "TM105") == []
+
+
+def _scope_walks(source: str) -> tuple[int, int]:
+    """(findings, how many times TM105 walked a scope or loop body)."""
+    context = ModuleContext(ast.parse(source), source, "train.py")
+    walk, walks = context.walk_scope, []
+
+    def counting(scope):
+        walks.append(scope)
+        return walk(scope)
+
+    context.walk_scope = counting  # type: ignore[method-assign]
+    return len(list(get_rule("TM105").check(context))), len(walks)
+
+
+def test_each_loop_and_scope_is_analysed_once_however_many_opens_it_holds():
+    head = textwrap.dedent("""
+        import json
+        import torch
+
+        for step, x in enumerate(loader):
+            loss = model(x)
+            loss.backward()
+            optimizer.step()
+    """)
+    body = "".join(
+        f"    cfg{i} = json.load(open('config.json'))\n    v{i + 1} = compute(x, cfg{i}) + other(v{i})\n"
+        for i in range(40)
+    )
+    few = head + body[: body.index("    cfg5")]
+    (found_few, walks_few), (found_many, walks_many) = _scope_walks(few), _scope_walks(head + body)
+    assert (found_few, found_many) == (5, 40)
+    assert walks_few == walks_many

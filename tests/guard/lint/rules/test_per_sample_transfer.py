@@ -100,6 +100,23 @@ def test_one_transfer_per_batch_and_per_field_is_not_flagged(lines):
     assert lines(source, "TM108") == []
 
 
+def test_a_loop_else_block_runs_once_and_is_not_flagged(lines):
+    source = """
+        import torch
+
+        def make_batch(params, batch_size, device):
+            signals = []
+            for i in range(batch_size):
+                sig = generate_iq_sample(params[i])
+                signals.append(torch.from_numpy(sig).to(device))
+            else:
+                # runs once, after the last sample: a reference copy for the plot
+                reference = torch.from_numpy(sig).to(device)
+            return torch.stack(signals), reference
+    """
+    assert lines(source, "TM108") == [8]
+
+
 def test_models_fixed_tensors_and_loop_invariant_values_are_not_flagged(lines):
     source = """
         import torch

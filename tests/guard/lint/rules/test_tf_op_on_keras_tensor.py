@@ -1,6 +1,9 @@
 """TM103: raw TensorFlow ops on Keras symbolic tensors while a functional model is built."""
 
+import sys
 import textwrap
+
+import pytest
 
 from trainmedic.guard.lint import get_rule, lint_source
 
@@ -164,6 +167,65 @@ def test_legacy_tf_keras_is_not_flagged(lines):
         batch = tf.shape(inputs)[0]
     """
     assert lines(source, "TM103") == []
+
+
+def test_match_cases_are_branches(lines):
+    source = """
+        import tensorflow as tf
+        from tensorflow import keras
+
+        def build(source, raw, head):
+            match source:
+                case "tfrecord":
+                    feats = tf.io.parse_tensor(raw, tf.float32)
+                case _:
+                    feats = keras.Input(shape=(128,))
+                    width = tf.shape(feats)[1]
+            batch = tf.shape(feats)[0]
+            x = keras.Input(shape=(3072,))
+            match head:
+                case "wide":
+                    x = keras.layers.Dense(1024)(x)
+                case _:
+                    x = keras.layers.Dense(256)(x)
+            return tf.reduce_mean(x)
+    """
+    assert lines(source, "TM103") == [11, 19]
+
+
+@pytest.mark.parametrize("handler", ["except", pytest.param("except*", marks=pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="except* is Python 3.11+"))])
+def test_try_blocks_are_branches_with_or_without_a_star(lines, handler):
+    source = f"""
+        import tensorflow as tf
+        from tensorflow import keras
+
+        features = tf.zeros((1, 128))
+        try:
+            features = keras.Input(shape=(128,))
+            n = tf.shape(features)[0]
+        {handler} (ValueError, TypeError):
+            pass
+        batch = tf.shape(features)[0]
+    """
+    assert lines(source, "TM103") == [8]
+
+
+def test_long_and_deeply_nested_arguments(lint):
+    terms = " + ".join(["x"] * 900)
+    source = f"""
+        import tensorflow as tf
+        from tensorflow import keras
+
+        x = keras.Input(shape=(3,))
+        total = tf.reduce_sum({terms})
+        short = tf.reduce_sum(x + x + x + x + x + x + x + x + x + x + x + x)
+        deep = tf.abs(x{"[0]" * 600})
+    """
+    found = lint(source, "TM103")
+    assert [line for line, _ in found] == [6, 7]
+    assert "`x + x + x + x + x + x + x + x + x + x...`" in found[0][1]
+    assert "`x + x + x + x + x + x + x + x + x + x...`" in found[1][1]
 
 
 def test_noqa_silences_the_line():

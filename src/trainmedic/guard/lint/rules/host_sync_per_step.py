@@ -13,7 +13,6 @@ from trainmedic.guard.lint.context import (
     bound_names,
     keyword,
     last_name,
-    names_in,
     string_value,
 )
 from trainmedic.guard.lint.model import Rule
@@ -280,31 +279,52 @@ def _syncs(flow: _Flow, call: ast.Call) -> str | None:
     return None
 
 
-def _feeds_environment(context: ModuleContext, call: ast.Call) -> bool:
-    """``env.step(q(s).argmax().item())``: the host needs the value, there is nothing to defer.
-    Followed through one assignment and through a function's ``return`` (``select_action()``)."""
-    fed: set[str] = set()
-    for step in context.nodes(ast.Call):
-        func = step.func
-        receiver = last_name(func.value) or "" if isinstance(func, ast.Attribute) else ""
-        if isinstance(func, ast.Attribute) and func.attr == "step" and "env" in receiver.lower():
-            arguments = [*step.args, *(k.value for k in step.keywords)]
-            if any(call in ast.walk(a) for a in arguments):
-                return True
-            fed |= {n for a in arguments for n in names_in(a)}
-    statement = next(a for a in context.ancestors(call) if isinstance(a, ast.stmt))
-    function = context.function_of(call)
-    if not fed:
-        return False
-    if isinstance(statement, ast.Assign):
-        return bool(fed & {n for t in statement.targets for n in bound_names(t)})
-    if isinstance(statement, ast.Return) and function is not None:
-        return any(
-            isinstance(a.value, ast.Call) and last_name(a.value.func) == function.name
-            and fed & {n for t in a.targets for n in bound_names(t)}
-            for a in context.nodes(ast.Assign)
-        )
-    return False
+class _Environment:
+    """What the module feeds to ``env.step(...)``, gathered once per module: the nodes inside its
+    arguments, the names they read, and the functions whose result is bound to such a name."""
+
+    def __init__(self, context: ModuleContext) -> None:
+        self.context = context
+        self.inside: set[ast.AST] = set()
+        self.fed: set[str] = set()
+        for step in context.nodes(ast.Call):
+            func = step.func
+            receiver = last_name(func.value) or "" if isinstance(func, ast.Attribute) else ""
+            if isinstance(func, ast.Attribute) and func.attr == "step" and "env" in receiver.lower():
+                for argument in [*step.args, *(k.value for k in step.keywords)]:
+                    for node in ast.walk(argument):
+                        self.inside.add(node)
+                        if isinstance(node, ast.Name):
+                            self.fed.add(node.id)
+        self.fed_returns: set[str] = set()
+        if self.fed:
+            for assign in context.nodes(ast.Assign):
+                if isinstance(assign.value, ast.Call) and self.fed & {
+                    n for t in assign.targets for n in bound_names(t)
+                }:
+                    self.fed_returns.add(last_name(assign.value.func) or "")
+
+    def feeds(self, call: ast.Call) -> bool:
+        """``env.step(q(s).argmax().item())``: the host needs the value, there is nothing to defer.
+        Followed through one assignment and through a function's ``return`` (``select_action()``)."""
+        if call in self.inside:
+            return True
+        if not self.fed:
+            return False
+        statement = next(a for a in self.context.ancestors(call) if isinstance(a, ast.stmt))
+        if isinstance(statement, ast.Assign):
+            return bool(self.fed & {n for t in statement.targets for n in bound_names(t)})
+        function = self.context.function_of(call)
+        returned = isinstance(statement, ast.Return) and function is not None
+        return returned and function.name in self.fed_returns  # type: ignore[union-attr]
+
+
+def _may_sync(context: ModuleContext, call: ast.Call) -> bool:
+    """The calls _syncs() can report, told by their shape alone: a cheap filter before dataflow."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and not call.args and not call.keywords:
+        return func.attr in ("item", "cpu", "numpy", "tolist")
+    return context.qualname(func) in ("float", "int", "print")
 
 
 def _short(call: ast.Call) -> str:
@@ -320,12 +340,14 @@ def _short(call: ast.Call) -> str:
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
     if not (context.step_loops or context.step_functions) or not _uses_gpu(context):
         return
-    flow, seen = _Flow(context), set()
+    flow, environment, seen = _Flow(context), _Environment(context), set()
     for call in context.nodes(ast.Call):
-        if call.lineno in seen or not context.is_per_step(call) or context.is_rate_limited(call):
+        if call.lineno in seen or not _may_sync(context, call):
+            continue
+        if not context.is_per_step(call) or context.is_rate_limited(call):
             continue
         what = _syncs(flow, call)
-        if what is None or _feeds_environment(context, call):
+        if what is None or environment.feeds(call):
             continue
         seen.add(call.lineno)
         caller = context.called_every_step_from(call)

@@ -21,8 +21,8 @@ _FUNCTIONS = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
 _DEFERRING = frozenset(
     {
         "Lambda", "LambdaLayer", "LambdaCallback", "LambdaLR", "MultiplicativeLR", "LearningRateScheduler",
-        "Thread", "Process", "Timer", "submit", "apply_async", "add_done_callback", "add_callback", "add_hook",
-        "add_event_handler", "call_soon", "call_later", "connect",
+        "Thread", "Process", "Timer", "submit", "apply_async", "add_done_callback", "add_callback",
+        "add_hook", "add_event_handler", "call_soon", "call_later", "connect",
     }
 )
 _STORE_METHODS = frozenset({"append", "appendleft", "insert", "add", "setdefault", "put", "put_nowait"})
@@ -244,7 +244,9 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
             if isinstance(function, ast.Lambda):
                 how = _later_use(context, function, loop)
             else:
-                how = _decorated_later(function) or _name_used_later(context, {function.name}, function, loop, 0)
+                how = _decorated_later(function) or _name_used_later(
+                    context, {function.name}, function, loop, 0
+                )
             if how is not None:
                 yield function, _message(function, captured, how)
                 break
@@ -278,7 +280,9 @@ def _decorated_later(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | 
 RULE = Rule(
     code="TM101",
     name="late-bound-loop-variable",
-    summary="A lambda or nested function built in a loop reads the loop variable when it runs, not when built.",
+    summary=(
+        "A lambda or nested function built in a loop reads the loop variable when it runs, not when built."
+    ),
     why=(
         "Closures look variables up at call time. A Keras Lambda layer, a forward hook, a LambdaLR or a\n"
         "function stored in a list runs after the loop has moved on, so every copy sees the last value.\n"

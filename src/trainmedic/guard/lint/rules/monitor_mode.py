@@ -73,7 +73,7 @@ _LOWER = frozenset(
     }
 )
 _CONSEQUENCE = {
-    "EarlyStopping": "training stops while it is still improving and restore_best_weights keeps the worst epoch",
+    "EarlyStopping": "training stops while it is still improving",
     "ModelCheckpoint": "the 'best' checkpoint kept is the worst one",
     "ReduceLROnPlateau": "the learning rate is cut while the metric is still improving",
 }
@@ -146,17 +146,25 @@ def _keras_message(
         if builtin and metric[: -len(builtin) - 1] in outputs:
             why = f" (it looks for a metric named {metric}, but the compiled one is named {builtin})"
         return (
-            f"{head}: {since} cannot tell whether {monitor} should go up or down{why} and raises ValueError at "
-            f"the end of the first epoch{also}; pass {fix}"
+            f"{head}: {since} cannot tell whether {monitor} should go up or down{why} and raises "
+            f"ValueError at the end of the first epoch{also}; pass {fix}"
         )
     if known == guessed or (callback == "ModelCheckpoint" and not _uses_best(call)):
         return None
-    older = "tf.keras 2" if callback == "EarlyStopping" else "tf.keras 2 and Keras < 3.11"
+    older = "tf.keras 2 guesses" if callback == "EarlyStopping" else "tf.keras 2 and Keras < 3.11 guess"
     better = "higher" if known == "max" else "lower"
+    consequence = _CONSEQUENCE[callback]
+    if callback == "EarlyStopping" and _is_true(argument(call, 6, "restore_best_weights")):
+        consequence += " and restore_best_weights keeps the worst epoch"
     return (
-        f"{head}: {monitor} is {better}-is-better but {older} guess mode='{guessed}' from its name, so "
-        f"{_CONSEQUENCE[callback]}; pass mode='{known}'"
+        f"{head}: {monitor} is {better}-is-better but {older} mode='{guessed}' from its name, so "
+        f"{consequence}; pass mode='{known}'"
     )
+
+
+def _is_true(expr: ast.AST | None) -> bool:
+    """A literal true value: a variable may be False, and the message would then be wrong."""
+    return isinstance(expr, ast.Constant) and bool(expr.value)
 
 
 def _uses_best(call: ast.Call) -> bool:
@@ -183,8 +191,8 @@ def _lightning_message(callback: str, monitor: str, call: ast.Call) -> str | Non
         else "every rise counts as no improvement, so training stops while it is still improving"
     )
     return (
-        f"{callback}(monitor={monitor!r}) uses Lightning's default mode='min' but {monitor} is higher-is-better: "
-        f"{effect}; pass mode='max'"
+        f"{callback}(monitor={monitor!r}) uses Lightning's default mode='min' but {monitor} is "
+        f"higher-is-better: {effect}; pass mode='max'"
     )
 
 
@@ -254,7 +262,9 @@ from tensorflow import keras
 
 model.compile(optimizer="adam", loss="mse", metrics=[bit_error_rate])
 callbacks = [
-    keras.callbacks.EarlyStopping(monitor="val_bit_error_rate", mode="min", patience=5, restore_best_weights=True),
+    keras.callbacks.EarlyStopping(
+        monitor="val_bit_error_rate", mode="min", patience=5, restore_best_weights=True
+    ),
 ]
 """,
     check=check,

@@ -19,13 +19,14 @@ from trainmedic.guard.lint.model import Rule
 #: Calls that open a file, with the keyword name of their path argument (always the first).
 _FILE_OPENERS = {
     "h5py.File": "name", "zarr.open": "store", "zarr.open_group": "store", "zarr.open_array": "store",
-    "zarr.open_consolidated": "store", "numpy.load": "file", "open": "file", "io.open": "file", "torch.load": "f",
-    "lmdb.open": "path",
+    "zarr.open_consolidated": "store", "numpy.load": "file", "open": "file", "io.open": "file",
+    "torch.load": "f", "lmdb.open": "path",
 }
 _CONNECTORS = frozenset(
     {
-        "sqlite3.connect", "psycopg2.connect", "psycopg.connect", "pymysql.connect", "mysql.connector.connect",
-        "duckdb.connect", "sqlalchemy.create_engine", "sqlalchemy.orm.Session", "sqlalchemy.orm.session.Session",
+        "sqlite3.connect", "psycopg2.connect", "psycopg.connect", "pymysql.connect",
+        "mysql.connector.connect", "duckdb.connect", "sqlalchemy.create_engine", "sqlalchemy.orm.Session",
+        "sqlalchemy.orm.session.Session",
     }
 )
 _SESSION_FACTORIES = frozenset({"sqlalchemy.orm.sessionmaker", "sqlalchemy.orm.scoped_session"})
@@ -48,10 +49,12 @@ def _opened(context: ModuleContext, call: ast.Call, factories: set[str]) -> tupl
         return ast.unparse(func.func) + "(...)", None
     if isinstance(func, (ast.Name, ast.Attribute)) and ast.unparse(func) in factories:
         return ast.unparse(func), None
-    key = _FILE_OPENERS.get(qualname) or ("filepath_or_buffer" if qualname.startswith("pandas.read_") else None)
+    pandas_key = "filepath_or_buffer" if qualname.startswith("pandas.read_") else None
+    key = _FILE_OPENERS.get(qualname) or pandas_key
     if key is None or (path := argument(call, 0, key)) is None:
         return None
-    given = argument(call, 1, "mode") if qualname in ("open", "io.open", "h5py.File") or "zarr" in qualname else None
+    has_mode = qualname in ("open", "io.open", "h5py.File") or "zarr" in qualname
+    given = argument(call, 1, "mode") if has_mode else None
     if given is not None and (string_value(given) is None or any(c in string_value(given) for c in "wax+")):
         return None  # a write (a log, a cache being built) or a mode we cannot read
     if qualname == "numpy.load" and argument(call, 1, "mmap_mode") is not None:
@@ -68,19 +71,21 @@ def _session_factories(context: ModuleContext) -> set[str]:
     return found
 
 
-def _getitem_reach(context: ModuleContext, cls: ast.ClassDef) -> dict[ast.AST, ast.Call | None]:
+def _getitem_reach(memo: _Memo, cls: ast.ClassDef) -> dict[ast.AST, ast.Call | None]:
     """A Dataset's ``__getitem__`` and the methods it calls on ``self`` (transitively, unless
     behind a lazy guard), each mapped to the call that reaches it (None for ``__getitem__``)."""
     methods = {f.name: f for f in cls.body if isinstance(f, FUNCTIONS)}
     bases = [last_name(b) or "" for b in cls.bases]
-    is_dataset = any(b.endswith(_DATASET_BASES) for b in bases) or ("Dataset" in cls.name and "__len__" in methods)
+    is_dataset = any(b.endswith(_DATASET_BASES) for b in bases) or (
+        "Dataset" in cls.name and "__len__" in methods
+    )
     if "__getitem__" not in methods or not is_dataset:
         return {}
     reach: dict[ast.AST, ast.Call | None] = {methods["__getitem__"]: None}
     queue = [methods["__getitem__"]]
     while queue:
         method = queue.pop()
-        for node in context.walk_scope(method):
+        for node in memo.region(method):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
@@ -88,7 +93,7 @@ def _getitem_reach(context: ModuleContext, cls: ast.ClassDef) -> dict[ast.AST, a
                 and node.func.value.id == "self"
                 and (callee := methods.get(node.func.attr)) is not None
                 and callee not in reach
-                and not _lazily_guarded(context, node, method)
+                and not _lazily_guarded(memo, node, method)
                 and not any("cache" in ast.unparse(d) for d in callee.decorator_list)
             ):
                 reach[callee] = node
@@ -96,36 +101,105 @@ def _getitem_reach(context: ModuleContext, cls: ast.ClassDef) -> dict[ast.AST, a
     return reach
 
 
+_BINDINGS = (
+    ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension
+)
+
+
 def _varying(context: ModuleContext, region: list[ast.AST], seeds: set[str]) -> set[str]:
     """Names that may differ between two runs of ``region``: the seeds (the sample index, the
     loop variables) and what is assigned from them or from a call we cannot see through."""
-    varying = set(seeds)
-    assigns = [n for n in region if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr))]
-    fors = [n for n in region if isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension))]
-    grew = True
-    while grew:
-        grew = False
-        for node in assigns + fors:
-            value = node.iter if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) else node.value
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if value is None or not (names_in(value) & varying or _opaque(context, value)):
-                continue
-            new = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)} - varying
-            if new:
-                varying |= new
-                grew = True
+    readers: dict[str, list[set[str]]] = {}
+    pending = list(seeds)
+    for node in region:
+        if not isinstance(node, _BINDINGS):
+            continue
+        value = node.iter if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) else node.value
+        if value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if _opaque(context, value):
+            pending.extend(bound)
+        else:
+            for name in names_in(value):
+                readers.setdefault(name, []).append(bound)
+    # Spread from the seeds along "read by": linear, where re-scanning every binding until nothing
+    # changes is quadratic on a long chain (v1 = f(v0); v2 = f(v1); ...).
+    varying: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name not in varying:
+            varying.add(name)
+            pending.extend(n for bound in readers.get(name, ()) for n in bound if n not in varying)
     return varying
 
 
-def _same_file(context: ModuleContext, call: ast.Call, path: ast.AST, varying: set[str]) -> bool:
+class _Memo:
+    """What many opens in one module ask about the same scope or loop, computed once per check()."""
+
+    def __init__(self, context: ModuleContext) -> None:
+        self.context = context
+        self._regions: dict[ast.AST, list[ast.AST]] = {}
+        self._varying: dict[tuple[ast.AST, frozenset[str]], set[str]] = {}
+        self._handles: dict[ast.AST, set[str]] = {}
+        self._exits: dict[ast.AST, set[str]] = {}
+        self._repeated: dict[ast.AST, bool] = {}
+        self._yielding: dict[ast.AST, set[ast.AST | None]] = {}
+
+    def region(self, owner: ast.AST) -> list[ast.AST]:
+        if owner not in self._regions:
+            self._regions[owner] = list(self.context.walk_scope(owner))
+        return self._regions[owner]
+
+    def varying(self, owner: ast.AST, seeds: set[str]) -> set[str]:
+        key = (owner, frozenset(seeds))
+        if key not in self._varying:
+            self._varying[key] = _varying(self.context, self.region(owner), seeds)
+        return self._varying[key]
+
+    def handles(self, scope: ast.AST) -> set[str]:
+        """Names bound by ``with ... as f`` in the scope: file objects, not paths."""
+        if scope not in self._handles:
+            self._handles[scope] = {
+                n.id for node in self.region(scope) if isinstance(node, ast.withitem) and node.optional_vars
+                for n in ast.walk(node.optional_vars) if isinstance(n, ast.Name)
+            }
+        return self._handles[scope]
+
+    def early_exits(self, function: ast.AST) -> set[str]:
+        """What the tests of ``if ...: return`` / ``raise`` blocks in the function mention."""
+        if function not in self._exits:
+            self._exits[function] = {
+                ast.unparse(n)
+                for node in self.region(function)
+                if isinstance(node, ast.If) and isinstance(node.body[-1], (ast.Return, ast.Raise))
+                for n in ast.walk(node.test)
+            }
+        return self._exits[function]
+
+    def repeated(self, function: ast.AST) -> bool:
+        if function not in self._repeated:
+            self._repeated[function] = _repeated(self.context, function)
+        return self._repeated[function]
+
+    def yielding(self, function: ast.AST) -> set[ast.AST | None]:
+        """The innermost loop of each ``yield`` in a generator."""
+        if function not in self._yielding:
+            self._yielding[function] = {
+                next(self.context.enclosing_loops(node), None)
+                for node in self.region(function) if isinstance(node, (ast.Yield, ast.YieldFrom))
+            }
+        return self._yielding[function]
+
+
+def _same_file(memo: _Memo, call: ast.Call, path: ast.AST, varying: set[str]) -> bool:
     """The path names one fixed file: no varying name, no opaque call, and not a file object
     or temporary name bound by ``with`` (``torch.load(f)`` of an open buffer opens nothing)."""
-    scope = context.scope_of(call)
-    handles = {
-        n.id for node in context.walk_scope(scope) if isinstance(node, ast.withitem) and node.optional_vars
-        for n in ast.walk(node.optional_vars) if isinstance(n, ast.Name)
-    }
-    return not (names_in(path) & (varying | handles) or _opaque(context, path))
+    names = names_in(path)
+    if names & varying or _opaque(memo.context, path):
+        return False
+    return not names & memo.handles(memo.context.scope_of(call))
 
 
 def _opaque(context: ModuleContext, expr: ast.AST) -> bool:
@@ -141,9 +215,10 @@ def _opaque(context: ModuleContext, expr: ast.AST) -> bool:
     return False
 
 
-def _lazily_guarded(context: ModuleContext, call: ast.AST, stop: ast.AST) -> bool:
+def _lazily_guarded(memo: _Memo, call: ast.AST, stop: ast.AST) -> bool:
     """``if self.f is None: self.f = ...``, ``if not hasattr(self, "db"): ...``, ``self.conn or
     connect()``, an ``except`` that reconnects: opened once and kept, not every time."""
+    context = memo.context
     for ancestor in context.ancestors(call):
         if ancestor is stop or isinstance(ancestor, FUNCTIONS):
             break
@@ -158,12 +233,7 @@ def _lazily_guarded(context: ModuleContext, call: ast.AST, stop: ast.AST) -> boo
     function = context.function_of(call)
     if not isinstance(stored, ast.Assign) or function is None:
         return False
-    targets = {ast.unparse(t) for t in stored.targets}
-    return any(
-        isinstance(node, ast.If) and isinstance(node.body[-1], (ast.Return, ast.Raise))
-        and any(ast.unparse(n) in targets for n in ast.walk(node.test))
-        for node in context.walk_scope(function)
-    )
+    return any(ast.unparse(t) in memo.early_exits(function) for t in stored.targets)
 
 
 def _checks_what_it_sets(branch: ast.If) -> bool:
@@ -171,13 +241,15 @@ def _checks_what_it_sets(branch: ast.If) -> bool:
     test = branch.test
     if not any(
         isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)
-        or isinstance(n, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in n.ops)
+        or isinstance(n, ast.Compare)
+        and any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in n.ops)
         or isinstance(n, ast.Call) and last_name(n.func) in ("hasattr", "getattr")
         for n in ast.walk(test)
     ):
         return False
-    mentioned = {ast.unparse(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript))}
-    mentioned |= {f"self.{s.value}" for s in ast.walk(test) if isinstance(s, ast.Constant) and isinstance(s.value, str)}
+    nodes = list(ast.walk(test))
+    mentioned = {ast.unparse(n) for n in nodes if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript))}
+    mentioned |= {f"self.{n.value}" for n in nodes if isinstance(n, ast.Constant) and type(n.value) is str}
     for node in ast.walk(branch):
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -194,12 +266,13 @@ def _parameters(function: ast.AST) -> set[str]:
     return {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg not in ("self", "cls")}
 
 
-def _per_batch(context: ModuleContext, call: ast.Call) -> tuple[ast.AST, str] | None:
+def _per_batch(memo: _Memo, call: ast.Call) -> tuple[ast.AST, str] | None:
     """The training loop or step function that runs ``call`` every step, or the loop of a batch
     generator (a loop that yields) that runs it for every batch; with words for the message."""
-    if context.is_per_step(call):
-        step = context.step_context(call)
-        if context.is_rate_limited(call) or (isinstance(step, FUNCTIONS) and not _repeated(context, step)):
+    context = memo.context
+    step = context.step_context(call)
+    if step is not None:
+        if context.is_rate_limited(call) or (isinstance(step, FUNCTIONS) and not memo.repeated(step)):
             return None
         caller = context.called_every_step_from(call)
         how = f" (this function is called every step at line {caller.lineno})" if caller is not None else ""
@@ -208,10 +281,7 @@ def _per_batch(context: ModuleContext, call: ast.Call) -> tuple[ast.AST, str] | 
     if not isinstance(function, FUNCTIONS):
         return None
     # A loop that yields once per pass; ``while True: open(...); for i in ...: yield`` opens once per epoch.
-    yielding = {
-        next(context.enclosing_loops(node), None)
-        for node in context.walk_scope(function) if isinstance(node, (ast.Yield, ast.YieldFrom))
-    }
+    yielding = memo.yielding(function)
     loop = next((loop for loop in context.enclosing_loops(call) if loop in yielding), None)
     return (loop, f"every batch the generator {function.name}() yields") if loop is not None else None
 
@@ -222,41 +292,40 @@ def _repeated(context: ModuleContext, function: ast.AST) -> bool:
     if function.name in STEP_FUNCTION_NAMES or function in context.per_step_callers:  # type: ignore[attr-defined]
         return True
     return any(
-        function in context.calls_local_function(call) and next(context.enclosing_loops(call), None) is not None
+        function in context.calls_local_function(call)
+        and next(context.enclosing_loops(call), None) is not None
         for call in context.nodes(ast.Call)
     )
 
 
-def _findings(context: ModuleContext, factories: set[str]) -> Iterator[tuple[ast.Call, str, str, set[str]]]:
+def _findings(memo: _Memo, factories: set[str]) -> Iterator[tuple[ast.Call, str, str, set[str]]]:
     """(call, what it opens, when it runs, names that vary between two runs) for every open
     that runs once per sample (``__getitem__``), per training step, or per generated batch."""
-    seen = set()
+    context, seen = memo.context, set()
     for cls in context.nodes(ast.ClassDef):
-        for method, via in _getitem_reach(context, cls).items():
-            region = list(context.walk_scope(method))
-            varying = _varying(context, region, _parameters(method))
+        for method, via in _getitem_reach(memo, cls).items():
+            varying = memo.varying(method, _parameters(method))
             how = f" (through self.{method.name}() at line {via.lineno})" if via is not None else ""
-            for call in (n for n in region if isinstance(n, ast.Call)):
-                if _opened(context, call, factories) and not _lazily_guarded(context, call, method):
+            for call in (n for n in memo.region(method) if isinstance(n, ast.Call)):
+                if _opened(context, call, factories) and not _lazily_guarded(memo, call, method):
                     seen.add(call)
                     yield call, "", f"every {cls.name}.__getitem__ call{how}", varying
     for call in context.nodes(ast.Call):
-        found = _per_batch(context, call) if call not in seen and _opened(context, call, factories) else None
-        if found is None or _lazily_guarded(context, call, found[0]):
+        found = _per_batch(memo, call) if call not in seen and _opened(context, call, factories) else None
+        if found is None or _lazily_guarded(memo, call, found[0]):
             continue
         step, when = found
         if isinstance(step, FUNCTIONS):
-            region, seeds = list(context.walk_scope(step)), _parameters(step)
+            seeds = _parameters(step)
         else:
-            region = [n for n in context.walk_scope(context.scope_of(call)) if step in context.ancestors(n)]
-            loops = [loop for loop in context.enclosing_loops(call) if isinstance(loop, (ast.For, ast.AsyncFor))]
+            loops = [loop for loop in context.enclosing_loops(call) if not isinstance(loop, ast.While)]
             seeds = {n.id for loop in loops for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-        yield call, "before the loop", when, _varying(context, region, seeds)
+        yield call, "before the loop", when, memo.varying(step, seeds)
 
 
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
-    factories = _session_factories(context)
-    for call, before, when, varying in _findings(context, factories):
+    factories, memo = _session_factories(context), _Memo(context)
+    for call, before, when, varying in _findings(memo, factories):
         name, path = _opened(context, call, factories)  # type: ignore[misc]
         where = before or "lazily in each worker (if self.conn is None: ...)"
         if path is None:
@@ -264,7 +333,7 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
                 f"{name}() opens a new database connection on {when}; connect once {where}, "
                 "or load the rows once with trainmedic.data: data.load(url, query=...)"
             )
-        elif _same_file(context, call, path, varying):
+        elif _same_file(memo, call, path, varying):
             where = before or "in __init__ or lazily once per worker (if self.f is None: ...)"
             sql = "read_sql" in name
             what, verb = ("runs the same query", "run") if sql else ("opens the same file", "open")
@@ -277,7 +346,9 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
 RULE = Rule(
     code="TM105",
     name="open-per-sample",
-    summary="A file, HDF5 file or database connection opened again for every sample (__getitem__) or every step.",
+    summary=(
+        "A file, HDF5 file or database connection opened again for every sample (__getitem__) or every step."
+    ),
     why=(
         "Opening is not free: h5py reads the file's metadata, a database connect is a network round\n"
         "trip and an authentication, and a reopened file starts with a cold chunk cache. Done once\n"

@@ -217,7 +217,7 @@ def _in_sample_loop(context: ModuleContext, call: ast.Call, moved: ast.AST) -> s
         loops: list[ast.AST] = []
         if isinstance(ancestor, _COMPREHENSIONS) and child is not ancestor.generators[0].iter:
             loops = list(ancestor.generators)
-        elif isinstance(ancestor, LOOPS) and child in (*ancestor.body, *ancestor.orelse):
+        elif isinstance(ancestor, LOOPS) and any(child is s for s in ancestor.body):  # else: runs once
             loops = [ancestor]
         for loop in loops:
             iterable = getattr(loop, "iter", None)

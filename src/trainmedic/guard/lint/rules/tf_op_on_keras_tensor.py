@@ -22,11 +22,17 @@ _Binding = tuple[tuple[int, int], tuple[tuple[int, str], ...], "str | None"]
 _INPUTS = frozenset({"keras.Input", "keras.layers.Input"})
 #: Methods whose arguments are real tensors at run time, whatever the module does around them.
 _RUNTIME_METHODS = frozenset(
-    {"call", "__call__", "train_step", "test_step", "predict_step", "compute_output_spec", "compute_output_shape"}
+    {
+        "call", "__call__", "train_step", "test_step", "predict_step", "compute_output_spec",
+        "compute_output_shape",
+    }
 )
 #: keras.ops / keras.backend (and tf) functions that give plain Python values for a symbolic tensor.
 _STATIC = frozenset(
-    {"shape", "int_shape", "ndim", "dtype", "is_tensor", "is_keras_tensor", "count_params", "standardize_dtype"}
+    {
+        "shape", "int_shape", "ndim", "dtype", "is_tensor", "is_keras_tensor", "count_params",
+        "standardize_dtype",
+    }
 )
 #: tf functions that do not convert their argument to a tensor.
 _NOT_OPS = (
@@ -42,11 +48,21 @@ _KERAS_OPS = {
     "concat": "concatenate", "reduce_mean": "mean", "reduce_sum": "sum", "reduce_max": "max",
     "reduce_min": "min", "gather": "take", "clip_by_value": "clip",
 }
-_BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try)
+#: Statements whose blocks may or may not run. ``try/except*`` is Python 3.11+.
+_BRANCHING = tuple(
+    kind
+    for kind in (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, getattr(ast, "TryStar", None), ast.Match)
+    if kind is not None
+) + (ast.match_case,)
+_BLOCKS = ("body", "orelse", "handlers", "finalbody", "cases")
+#: Deeper expressions than this (a 900-term sum is one) are not followed: their kind is unknown.
+_MAX_DEPTH = 100
 _GROWERS = frozenset({"append", "extend", "insert"})
 _MODEL_ENDS = frozenset({"output", "input", "outputs", "inputs"})
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-_BINDERS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.Call, *_COMPREHENSIONS)
+_BINDERS = (
+    ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.Call, *_COMPREHENSIONS
+)
 
 
 class _Analysis:
@@ -58,6 +74,11 @@ class _Analysis:
         self.params: dict[ast.AST, dict[str, str]] = defaultdict(dict)
         self.returns: set[ast.AST] = set()
         self._keras_names: dict[ast.AST, set[str]] = {}
+        # kind() answers for the current state; any new binding, parameter or return starts a new one.
+        self._memo: dict[tuple[ast.AST, ast.AST], tuple[int, str | None]] = {}
+        self._state = 0
+        self._chains: dict[ast.AST, tuple[tuple[int, str], ...]] = {}
+        self._fields: dict[ast.AST, dict[int, str]] = {}
         #: The module's own Layer/Model subclasses: calling one on a symbolic tensor gives one.
         self._keras_classes = {
             c.name
@@ -84,17 +105,22 @@ class _Analysis:
     def _bind(self, scope: ast.AST) -> None:
         table: dict[str, list[_Binding]] = defaultdict(list)
         self.bindings[scope] = table
+        self._state += 1
         if scope is not self.context.tree:
             start = (scope.lineno, scope.col_offset)
             for name, kind in self.params[scope].items():
-                table[name].append((start, (), kind))
-        events = sorted((n for n in self.context.walk_scope(scope) if isinstance(n, _BINDERS)), key=_takes_effect)
+                self._add(table, name, (start, (), kind))
+        binders = (n for n in self.context.walk_scope(scope) if isinstance(n, _BINDERS))
+        events = sorted(binders, key=_takes_effect)
         for node in events:
             self._bind_one(scope, table, node)
         if scope is not self.context.tree:
             for node in self.context.walk_scope(scope):
-                if isinstance(node, ast.Return) and node.value is not None and self.kind(scope, node.value):
+                # Every return is looked at: return helper(x) also tells helper what x is.
+                value = node.value if isinstance(node, ast.Return) else None
+                if value is not None and self.kind(scope, value) and scope not in self.returns:
                     self.returns.add(scope)
+                    self._state += 1
 
     def _bind_one(self, scope: ast.AST, table: dict, node: ast.AST) -> None:
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
@@ -104,23 +130,28 @@ class _Analysis:
                 self._assign(scope, table, target, node.value, kind, (_end(node), self._chain(node)))
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             kind = self.kind(scope, node.value) or self.kind(scope, node.target)
-            table[node.target.id].append((_end(node), self._chain(node), kind))
+            self._add(table, node.target.id, (_end(node), self._chain(node), kind))
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             kind = SYM if self.kind(scope, node.iter) else None
             self._assign(scope, table, node.target, None, kind, (_takes_effect(node), self._chain(node)))
         elif isinstance(node, _COMPREHENSIONS):
             for generator in node.generators:
                 kind = SYM if self.kind(scope, generator.iter) else None
-                self._assign(scope, table, generator.target, None, kind, (_takes_effect(node), self._chain(node)))
+                at = (_takes_effect(node), self._chain(node))
+                self._assign(scope, table, generator.target, None, kind, at)
         elif isinstance(node, ast.Call) and _grows(node) and any(self.kind(scope, a) for a in node.args):
             # outs.append(x) makes outs a list of symbolic tensors (tf.concat(outs) fails too).
-            table[node.func.value.id].append((_end(node), (), LIST))  # adds, never replaces
+            self._add(table, node.func.value.id, (_end(node), (), LIST))  # adds, never replaces
+
+    def _add(self, table: dict, name: str, binding: _Binding) -> None:
+        table[name].append(binding)
+        self._state += 1
 
     def _assign(
         self, scope: ast.AST, table: dict, target: ast.AST, value: ast.AST | None, kind: str | None, at: tuple
     ) -> None:
         if isinstance(target, ast.Name):
-            table[target.id].append((*at, kind))
+            self._add(table, target.id, (*at, kind))
         elif isinstance(target, (ast.Tuple, ast.List)):
             # a, b = x, y pairs up; q, k = split_heads(x) unpacks symbolic values.
             paired = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
@@ -134,29 +165,49 @@ class _Analysis:
 
     # -- expressions -----------------------------------------------------------------------------
 
-    def kind(self, scope: ast.AST, expr: ast.AST) -> str | None:
+    def kind(self, scope: ast.AST, expr: ast.AST, depth: int = 0) -> str | None:
         """SYM for a symbolic tensor, LIST for a list or tuple holding one, else None."""
+        key = (scope, expr)
+        state, known = self._memo.get(key, (-1, None))
+        if state == self._state:
+            return known
+        if depth > _MAX_DEPTH:
+            return None
+        state = self._state
+        known = self._kind(scope, expr, depth + 1)
+        if state == self._state:  # nothing was learnt meanwhile (a helper's return, a parameter)
+            self._memo[key] = (state, known)
+        return known
+
+    def _kind(self, scope: ast.AST, expr: ast.AST, depth: int) -> str | None:
         if isinstance(expr, ast.Name):
             return self._lookup(scope, expr)
         if isinstance(expr, ast.Call):
-            return self._call_kind(scope, expr)
+            return self._call_kind(scope, expr, depth)
         if isinstance(expr, ast.BinOp):
-            return SYM if self.kind(scope, expr.left) or self.kind(scope, expr.right) else None
+            # a + b + c + ... nests to the left: walk the chain, not the recursion limit.
+            operands = []
+            while isinstance(expr, ast.BinOp):
+                operands.append(expr.right)
+                expr = expr.left
+            operands.append(expr)
+            return SYM if any(self.kind(scope, e, depth) for e in reversed(operands)) else None
         if isinstance(expr, ast.UnaryOp):
-            return SYM if self.kind(scope, expr.operand) else None
+            return SYM if self.kind(scope, expr.operand, depth) else None
         if isinstance(expr, ast.Subscript):
-            return SYM if self.kind(scope, expr.value) else None
+            return SYM if self.kind(scope, expr.value, depth) else None
         if isinstance(expr, (ast.List, ast.Tuple)):
-            return LIST if any(self.kind(scope, e) for e in expr.elts) else None
+            return LIST if any(self.kind(scope, e, depth) for e in expr.elts) else None
         if isinstance(expr, ast.Starred):
-            return self.kind(scope, expr.value)
+            return self.kind(scope, expr.value, depth)
         if isinstance(expr, ast.IfExp):
-            return self.kind(scope, expr.body) or self.kind(scope, expr.orelse)
+            return self.kind(scope, expr.body, depth) or self.kind(scope, expr.orelse, depth)
         if isinstance(expr, ast.NamedExpr):
-            return self.kind(scope, expr.value)
+            return self.kind(scope, expr.value, depth)
         # base_model.output of a keras.applications / keras.Model built in this scope.
-        if isinstance(expr, ast.Attribute) and expr.attr in _MODEL_ENDS and self._is_keras_object(scope, expr.value):
-            return SYM if expr.attr in ("output", "input") else LIST
+        model_end = isinstance(expr, ast.Attribute) and expr.attr in _MODEL_ENDS
+        if model_end and self._is_keras_object(scope, expr.value):  # type: ignore[attr-defined]
+            return SYM if expr.attr in ("output", "input") else LIST  # type: ignore[attr-defined]
         return None
 
     def _lookup(self, scope: ast.AST, name: ast.Name) -> str | None:
@@ -169,29 +220,39 @@ class _Analysis:
         return kind
 
     def _chain(self, node: ast.AST) -> tuple[tuple[int, str], ...]:
-        """The conditional blocks (if/else branches, loop bodies, try clauses) around ``node``."""
-        blocks = []
-        child = node
-        for ancestor in self.context.ancestors(node):
-            if isinstance(ancestor, (*SCOPES, ast.Module)):
+        """The conditional blocks (if/else branches, loop bodies, try clauses) around ``node``.
+        Built from the parent's chain and memoised: every name of a 2,000-term sum asks."""
+        path, current = [], node
+        while current not in self._chains:
+            parent = self.context.parent(current)
+            if parent is None or isinstance(parent, (*SCOPES, ast.Module)):
+                self._chains[current] = ()
                 break
-            fields = ("body", "orelse", "handlers", "finalbody") if isinstance(ancestor, _BRANCHING) else ()
-            field = next((f for f in fields if child in getattr(ancestor, f, ())), None)
-            if field is not None:  # not the if's test or the loop's iterable, which always run
-                blocks.append((id(ancestor), field))
-            child = ancestor
-        return tuple(reversed(blocks))
+            path.append((current, parent))
+            current = parent
+        for child, parent in reversed(path):
+            blocks = self._chains[parent]
+            if isinstance(parent, _BRANCHING):
+                if parent not in self._fields:
+                    self._fields[parent] = {
+                        id(item): field for field in _BLOCKS for item in getattr(parent, field, ())
+                    }
+                field = self._fields[parent].get(id(child))
+                if field is not None:  # not the if's test or the loop's iterable, which always run
+                    blocks = (*blocks, (id(parent), field))
+            self._chains[child] = blocks
+        return self._chains[node]
 
-    def _call_kind(self, scope: ast.AST, call: ast.Call) -> str | None:
+    def _call_kind(self, scope: ast.AST, call: ast.Call, depth: int) -> str | None:
         qualname = self.context.qualname(call.func) or ""
         if qualname in _INPUTS:
             return SYM
-        symbolic_args = [a for a in _arguments(call) if self.kind(scope, a)]
+        symbolic_args = [a for a in _arguments(call) if self.kind(scope, a, depth)]
         if qualname.startswith(("keras.ops.", "keras.backend.")):
             return SYM if symbolic_args and qualname.rsplit(".", 1)[-1] not in _STATIC else None
         local = self.context.calls_local_function(call)
         if local:
-            self._propagate(scope, call, local)
+            self._propagate(scope, call, local, depth)
             return SYM if any(f in self.returns for f in local) else None
         if not symbolic_args:
             return None
@@ -227,7 +288,7 @@ class _Analysis:
             return expr.id in self._keras_names[scope]
         return False
 
-    def _propagate(self, scope: ast.AST, call: ast.Call, functions: list[ast.AST]) -> None:
+    def _propagate(self, scope: ast.AST, call: ast.Call, functions: list[ast.AST], depth: int) -> None:
         for function in functions:
             if function not in self.scopes:
                 continue
@@ -237,11 +298,17 @@ class _Analysis:
             for index, argument in enumerate(call.args):
                 if isinstance(argument, ast.Starred) or index >= len(params):
                     break
-                if kind := self.kind(scope, argument):
-                    self.params[function][params[index]] = kind
+                if kind := self.kind(scope, argument, depth):
+                    self._learn(function, params[index], kind)
             for keyword in call.keywords:
-                if keyword.arg in params and (kind := self.kind(scope, keyword.value)):
-                    self.params[function][keyword.arg] = kind
+                if keyword.arg in params and (kind := self.kind(scope, keyword.value, depth)):
+                    self._learn(function, keyword.arg, kind)
+
+    def _learn(self, function: ast.AST, param: str, kind: str) -> None:
+        if self.params[function].get(param) != kind:
+            self.params[function][param] = kind
+            self._state += 1
+
 
 
 def _arguments(call: ast.Call) -> list[ast.expr]:
@@ -282,6 +349,8 @@ def _legacy_keras(context: ModuleContext) -> bool:
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
     if _legacy_keras(context) or not any(q in context.source for q in ("Input", ".output", ".input")):
         return
+    if not any(module.split(".")[0] in ("keras", "tensorflow") for module in context.imports.values()):
+        return  # no Keras in this module: nothing here is a KerasTensor
     analysis = _Analysis(context)
     lines_done = set()  # x[:, : tf.shape(x)[1], : tf.shape(x)[2]] is one mistake, reported once
     for scope in analysis.scopes:
@@ -292,16 +361,26 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
             and is_tf_op(context.qualname(call.func) or "")
             and any(analysis.kind(scope, a) for a in _arguments(call))
         ]
+        ops = set(flagged)
         for call in flagged:
             # tf.reduce_sum(tf.ones_like(x)): one finding, on the op that touches x.
             symbolic = [
                 a
                 for a in _arguments(call)
-                if analysis.kind(scope, a) and not any(inner in flagged for inner in ast.walk(a))
+                if analysis.kind(scope, a) and not any(inner in ops for inner in ast.walk(a))
             ]
             if symbolic and call.lineno not in lines_done:
                 lines_done.add(call.lineno)
-                yield call, _message(call, ast.unparse(symbolic[0]))
+                yield call, _message(call, _text(context, symbolic[0]))
+
+
+def _text(context: ModuleContext, expr: ast.AST, limit: int = 40) -> str:
+    """The argument as written, cut to ``limit`` characters (a 300-term sum is not a message)."""
+    try:
+        text = ast.unparse(expr)
+    except RecursionError:
+        text = " ".join((ast.get_source_segment(context.source, expr) or "...").split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def _message(call: ast.Call, arg: str) -> str:
@@ -311,9 +390,9 @@ def _message(call: ast.Call, arg: str) -> str:
     else:
         fix = f"use keras.ops.{_KERAS_OPS[op]}" if op in _KERAS_OPS else "use the keras.ops equivalent"
     return (
-        f"{ast.unparse(call.func)}() on Keras symbolic tensor `{arg}` while building a functional model: Keras 3 "
-        f'raises "A KerasTensor cannot be used as input to a TensorFlow function"; {fix}, or wrap it in a '
-        "Layer or layers.Lambda"
+        f"{ast.unparse(call.func)}() on Keras symbolic tensor `{arg}` while building a functional model: "
+        f'Keras 3 raises "A KerasTensor cannot be used as input to a TensorFlow function"; {fix}, or wrap it '
+        "in a Layer or layers.Lambda"
     )
 
 
