@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext, argument, keyword
+from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import argument, keyword
 
 _CONCATS = frozenset(
     f"{module}.{name}"

@@ -7,8 +7,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext, argument, keyword, last_name, target_nodes
+from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import argument, keyword, last_name, target_nodes
 
 #: Calls that read a file (or decode one) when a sample is fetched.
 _FILE_READS = frozenset(

@@ -6,8 +6,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext, argument, keyword, last_name, target_nodes
+from trainmedic.guard.lint.context import FUNCTIONS, ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import argument, keyword, last_name, target_nodes
 
 #: Calls whose result is an index array in random order.
 _RANDOM_ORDER = frozenset({"numpy.random.permutation", "torch.randperm", "random.sample"})

@@ -6,16 +6,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import (
-    FUNCTIONS,
-    SCOPES,
-    ModuleContext,
-    bound_names,
-    keyword,
-    last_name,
-    string_value,
-)
+from trainmedic.guard.lint.context import FUNCTIONS, SCOPES, ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import bound_names, keyword, last_name, string_value
 
 # Where a value lives, as far as the module's own code shows. OTHER is a Python number, a shape, a
 # string: nothing to wait for. OBJECT is a model, optimizer or other instance: calling a model gives

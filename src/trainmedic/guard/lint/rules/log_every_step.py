@@ -6,8 +6,9 @@ import ast
 import re
 from typing import Iterator
 
-from trainmedic.guard.lint.context import ModuleContext, last_name
+from trainmedic.guard.lint.context import ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import last_name
 
 #: logger.debug is left alone: it is off unless asked for, and then the user wants every step.
 _LOG_LEVELS = frozenset({"info", "warning", "warn", "error", "critical", "exception"})

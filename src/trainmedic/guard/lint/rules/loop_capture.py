@@ -10,8 +10,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import SCOPES, ModuleContext, bound_names, last_name, names_in
+from trainmedic.guard.lint.context import SCOPES, ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import bound_names, last_name, names_in
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _FUNCTIONS = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)

@@ -18,8 +18,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import ModuleContext, argument, keyword, string_value
+from trainmedic.guard.lint.context import ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import argument, keyword, string_value
 
 #: Callback → (position of monitor, position of mode) in the signature.
 _KERAS = {"EarlyStopping": (0, 4), "ModelCheckpoint": (1, 5), "ReduceLROnPlateau": (0, 4)}

@@ -5,16 +5,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import (
-    FUNCTIONS,
-    STEP_FUNCTION_NAMES,
-    ModuleContext,
-    argument,
-    last_name,
-    names_in,
-    string_value,
-)
+from trainmedic.guard.lint.context import FUNCTIONS, STEP_FUNCTION_NAMES, ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import argument, last_name, names_in, string_value
 
 #: Calls that open a file, with the keyword name of their path argument (always the first).
 _FILE_OPENERS = {

@@ -6,18 +6,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import (
-    LOOPS,
-    SCOPES,
-    ModuleContext,
-    argument,
-    bound_names,
-    keyword,
-    last_name,
-    names_in,
-    string_value,
-)
+from trainmedic.guard.lint.context import LOOPS, SCOPES, ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import argument, bound_names, keyword, last_name, names_in, string_value
 
 _DEVICE_NAME = re.compile(r"device|^dev$|cuda|gpu|^(local_)?rank$", re.IGNORECASE)
 _MODEL_NAME = re.compile(

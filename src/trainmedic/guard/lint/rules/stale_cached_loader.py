@@ -6,8 +6,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import ModuleContext, last_name, names_in
+from trainmedic.guard.lint.context import ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import last_name, names_in
 
 _LOADER_WORDS = re.compile(r"loader", re.IGNORECASE)
 #: Keywords that say a call builds batches, when its name alone ("get_loader") is not enough.

@@ -13,8 +13,9 @@ import ast
 from collections import defaultdict
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import SCOPES, ModuleContext, last_name, source_order
+from trainmedic.guard.lint.context import SCOPES, ModuleContext
 from trainmedic.guard.lint.model import Rule
+from trainmedic.guard.lint.syntax import last_name, source_order
 
 SYM, LIST = "symbolic", "list"
 #: Where a binding takes effect, the conditional blocks around it, and the kind of value it binds.
