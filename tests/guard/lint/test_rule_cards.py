@@ -28,5 +28,5 @@ def test_the_card_has_every_section(rule):
 def test_the_cards_before_is_flagged_and_after_is_not(rule):
     before = lint_source(textwrap.dedent(rule.before), "before.py", [rule])
     after = lint_source(textwrap.dedent(rule.after), "after.py", [rule])
-    assert before, f"{rule.code}: the 'before' example is not flagged"
+    assert [v.code for v in before] == [rule.code], f"{rule.code}: the 'before' example gives {before}"
     assert after == [], f"{rule.code}: the 'after' example is flagged: {after}"

@@ -2,7 +2,7 @@
 
 import textwrap
 
-from trainmedic.guard.lint import get_rule, lint_source
+from trainmedic.guard.lint import lint_source
 
 
 def test_seed_004_pool_concatenated_in_a_per_step_method(lint):
@@ -267,9 +267,3 @@ def test_noqa_silences_the_line():
             b = torch.stack(hist)  # noqa: E501
     """)
     assert [v.line for v in lint_source(source) if v.code == "TM106"] == [10]
-
-
-def test_the_rule_card_example_triggers_before_and_not_after():
-    rule = get_rule("TM106")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM106"]
-    assert lint_source(rule.after, rules=[rule]) == []

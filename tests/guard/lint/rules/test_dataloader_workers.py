@@ -2,7 +2,7 @@
 
 import textwrap
 
-from trainmedic.guard.lint import get_rule, lint_source
+from trainmedic.guard.lint import lint_source
 
 IMAGE_DATASET = """
     import os
@@ -146,12 +146,6 @@ def test_noqa_silences_the_line():
     b = DataLoader(CsvImageDataset("d", rows))
     """)
     assert [v.line for v in lint_source(source) if v.code == "TM110"] == [22]
-
-
-def test_the_cards_before_triggers_and_after_does_not():
-    rule = get_rule("TM110")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM110"]
-    assert lint_source(rule.after, rules=[rule]) == []
 
 
 def test_lightning_val_loader_over_an_image_folder_split(lint):

@@ -2,7 +2,7 @@
 
 import textwrap
 
-from trainmedic.guard.lint import get_rule, lint_source
+from trainmedic.guard.lint import lint_source
 
 
 def test_seed_000_generator_shuffles_then_reads_batches(lint):
@@ -164,12 +164,6 @@ def test_noqa_silences_the_line():
         b = f["x"][perm]
     """)
     assert [v.line for v in lint_source(source) if v.code == "TM104"] == [7]
-
-
-def test_the_cards_before_triggers_and_after_does_not():
-    rule = get_rule("TM104")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM104"]
-    assert lint_source(rule.after, rules=[rule]) == []
 
 
 def test_sorted_in_place_after_a_shuffle_and_scalar_reads_are_fine(lines):

@@ -224,12 +224,6 @@ def test_noqa_silences_the_line():
     assert [v.line for v in lint_source(source) if v.code == "TM107"] == [10]
 
 
-def test_the_rule_card_example_triggers_before_and_not_after():
-    rule = get_rule("TM107")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM107"]
-    assert lint_source(rule.after, rules=[rule]) == []
-
-
 def test_failure_branches_are_not_every_step(lines):
     source = GPU + """
     import math, sys

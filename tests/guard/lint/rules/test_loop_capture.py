@@ -189,9 +189,3 @@ def test_noqa_silences_the_line():
             b = layers.Lambda(lambda t: t[:, i])(x)
     """)
     assert [v.line for v in lint_source(source, rules=[get_rule("TM101")])] == [5]
-
-
-def test_before_triggers_and_after_does_not():
-    rule = get_rule("TM101")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM101"]
-    assert lint_source(rule.after, rules=[rule]) == []

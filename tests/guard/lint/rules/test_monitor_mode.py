@@ -168,9 +168,3 @@ def test_noqa_and_non_keras_callbacks():
         keras.callbacks.EarlyStopping(monitor="val_dice")
     """)
     assert [v.line for v in lint_source(source, rules=[get_rule("TM102")])] == [7]
-
-
-def test_before_triggers_and_after_does_not():
-    rule = get_rule("TM102")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM102"]
-    assert lint_source(rule.after, rules=[rule]) == []

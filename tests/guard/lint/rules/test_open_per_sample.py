@@ -228,12 +228,6 @@ def test_noqa_silences_the_line():
     assert [v.line for v in lint_source(source) if v.code == "TM105"] == [8]
 
 
-def test_the_cards_before_triggers_and_after_does_not():
-    rule = get_rule("TM105")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM105"]
-    assert lint_source(rule.after, rules=[rule]) == []
-
-
 def test_keras_sequence_and_batch_generators_reopen_per_batch(lint):
     source = """
         import h5py

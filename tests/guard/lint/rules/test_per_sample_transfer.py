@@ -2,7 +2,7 @@
 
 import textwrap
 
-from trainmedic.guard.lint import get_rule, lint_source
+from trainmedic.guard.lint import lint_source
 
 
 def test_transfers_in_a_dataset_getitem_are_flagged(lint):
@@ -172,9 +172,3 @@ def test_noqa_silences_the_line():
             return a, b
     """)
     assert [v.line for v in lint_source(source) if v.code == "TM108"] == [4]
-
-
-def test_the_rule_card_example_triggers_before_and_not_after():
-    rule = get_rule("TM108")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM108"]
-    assert lint_source(rule.after, rules=[rule]) == []

@@ -2,7 +2,7 @@
 
 import textwrap
 
-from trainmedic.guard.lint import get_rule, lint_source
+from trainmedic.guard.lint import lint_source
 
 
 def test_seed_004_sample_target_caches_the_first_batch_size(lint):
@@ -116,12 +116,6 @@ def test_noqa_silences_the_line():
             return L
     """)
     assert [v.code for v in lint_source(source) if v.code == "TM109"] == []
-
-
-def test_the_cards_before_triggers_and_after_does_not():
-    rule = get_rule("TM109")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM109"]
-    assert lint_source(rule.after, rules=[rule]) == []
 
 
 def test_early_return_caches(lines):

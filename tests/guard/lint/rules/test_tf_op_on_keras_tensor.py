@@ -237,9 +237,3 @@ def test_noqa_silences_the_line():
         b = tf.shape(inputs)
     """)
     assert [v.line for v in lint_source(source, rules=[get_rule("TM103")])] == [6]
-
-
-def test_before_triggers_and_after_does_not():
-    rule = get_rule("TM103")
-    assert [v.code for v in lint_source(rule.before, rules=[rule])] == ["TM103"]
-    assert lint_source(rule.after, rules=[rule]) == []
