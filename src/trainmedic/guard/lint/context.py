@@ -199,6 +199,16 @@ class ModuleContext:
             return scope
         return None
 
+    def runs_every_step(self, node: ast.AST) -> bool:
+        """Per step and not behind a rate limit: what every per-step rule asks first."""
+        return self.is_per_step(node) and not self.is_rate_limited(node)
+
+    def every_step_note(self, node: ast.AST) -> str:
+        """For messages: " (this function is called every step at line N)" when ``node`` runs
+        every step only because a training loop calls its function, else ""."""
+        caller = self.called_every_step_from(node)
+        return f" (this function is called every step at line {caller.lineno})" if caller is not None else ""
+
     def called_every_step_from(self, node: ast.AST) -> ast.Call | None:
         """When ``node`` runs every step only because its function is called from a training
         loop, the call that does it (for messages: "called every step from line N")."""
@@ -292,7 +302,7 @@ class ModuleContext:
                     f for f in self.calls_local_function(node)
                     if f not in self.step_functions and f not in self.per_step_callers and f is not scope
                 ]
-                if callees and self.is_per_step(node) and not self.is_rate_limited(node):
+                if callees and self.runs_every_step(node):
                     for function in callees:
                         self.per_step_callers[function] = node
                         pending.append(function)

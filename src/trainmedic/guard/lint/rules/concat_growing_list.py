@@ -167,14 +167,13 @@ def _local_names(function: ast.AST) -> set[str]:
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
     for call in context.nodes(ast.Call):
         listed = _listed(context, call) or _accumulated(context, call)
-        if listed is None or not context.is_per_step(call) or context.is_rate_limited(call):
+        if listed is None or not context.runs_every_step(call):
             continue
         key = _key(listed)
         assert key is not None
         growth = _grown_in_loop(context, call, key) or _grown_elsewhere(context, call, key)
         if growth is None:
             continue
-        caller = context.called_every_step_from(call)
         func = ast.unparse(call.func)
         if growth is context.parent(call):
             message = (
@@ -189,7 +188,7 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
                 "device"
             )
         else:
-            via = f" (called every step at line {caller.lineno})" if caller is not None else ""
+            via = context.every_step_note(call)
             message = (
                 f"{func}({key}) copies the whole of `{key}` (appended to at line {growth.lineno}) on every "
                 f"training step{via}; concatenate once when it is complete (a finalize() step) and index the "

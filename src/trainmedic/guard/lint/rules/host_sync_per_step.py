@@ -337,16 +337,15 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
     for call in context.nodes(ast.Call):
         if call.lineno in seen or not _may_sync(context, call):
             continue
-        if not context.is_per_step(call) or context.is_rate_limited(call):
+        if not context.runs_every_step(call):
             continue
         what = _syncs(flow, call)
         if what is None or environment.feeds(call):
             continue
         seen.add(call.lineno)
-        caller = context.called_every_step_from(call)
-        via = f" (this function is called every step at line {caller.lineno})" if caller is not None else ""
         yield call, (
-            f"{what} makes the host wait for the GPU on every training step{via}; keep running sums on "
+            f"{what} makes the host wait for the GPU on every training step{context.every_step_note(call)}; "
+            "keep running sums on "
             "the device (total += loss.detach()) and read them every N steps"
         )
 

@@ -30,12 +30,10 @@ def _printer(context: ModuleContext, call: ast.Call) -> str | None:
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
     for call in context.nodes(ast.Call):
         what = _printer(context, call)
-        if what is None or not context.is_per_step(call) or context.is_rate_limited(call):
+        if what is None or not context.runs_every_step(call):
             continue
-        caller = context.called_every_step_from(call)
-        via = f" (this function is called every step at line {caller.lineno})" if caller is not None else ""
         yield call, (
-            f"{what} runs on every training step{via}; log every N steps "
+            f"{what} runs on every training step{context.every_step_note(call)}; log every N steps "
             "(if step % log_every == 0) or once per epoch"
         )
 

@@ -267,9 +267,7 @@ def _per_batch(memo: _Memo, call: ast.Call) -> tuple[ast.AST, str] | None:
     if step is not None:
         if context.is_rate_limited(call) or (isinstance(step, FUNCTIONS) and not memo.repeated(step)):
             return None
-        caller = context.called_every_step_from(call)
-        how = f" (this function is called every step at line {caller.lineno})" if caller is not None else ""
-        return step, f"every training step{how}"  # type: ignore[return-value]
+        return step, f"every training step{context.every_step_note(call)}"  # type: ignore[return-value]
     function = context.scope_of(call)
     if not isinstance(function, FUNCTIONS):
         return None
