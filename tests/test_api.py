@@ -9,3 +9,10 @@ def test_all_is_sorted_and_complete():
         assert hasattr(trainmedic, name), name
     public = {n for n in vars(trainmedic) if not n.startswith("_") and not isinstance(getattr(trainmedic, n), type(trainmedic))}
     assert public <= set(trainmedic.__all__), public - set(trainmedic.__all__)
+
+
+def test_plan_api_is_one_sorted_all():
+    import trainmedic.plan as plan
+
+    assert plan.__all__ == sorted(plan.__all__)
+    assert all(hasattr(plan, name) for name in plan.__all__)

@@ -14,7 +14,9 @@ a message and an exit code. Every message names the bad value, what was expected
     │   ├── FieldError         a field is missing, ragged, of another length or of no numeric dtype
     │   ├── TierError          a forced tier does not fit (names the sizes and the tier that would)
     │   └── ResumeError        a state_dict does not belong to this loader
-    └── LintError              a lint path that does not exist, or an unknown rule code
+    ├── LintError              a lint path that does not exist, or an unknown rule code
+    ├── DeviceError            a GPU name the catalog does not know, or one that names several cards
+    └── PlanError              a build function that cannot be planned, a bad batch or precision
 """
 
 from __future__ import annotations
@@ -87,3 +89,11 @@ class ResumeError(DataError):
 
 class LintError(TrainmedicError):
     """``trainmedic lint`` was asked for a path that does not exist or a rule code it does not know."""
+
+
+class PlanError(TrainmedicError):
+    """``trainmedic plan`` cannot plan the build function as given (the message says why and the fix)."""
+
+
+class DeviceError(TrainmedicError):
+    """A GPU name the device catalog does not know, or one that fits several cards (names them all)."""

@@ -1,6 +1,8 @@
-"""Human-readable quantities shared by report text and findings."""
+"""Human-readable quantities shared by report text and findings, and the parser for sizes users type."""
 
 from __future__ import annotations
+
+import re
 
 
 def format_seconds(seconds: float) -> str:
@@ -16,3 +18,48 @@ def format_bytes(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+# Bare K/M/G/T are binary: nvidia-smi prints MiB, torch reports bytes that people divide by 2**30,
+# and "80G" typed at a prompt almost always means the GiB figure seen there. An explicit "B" after
+# the letter ("80GB") keeps the SI meaning, as NVIDIA's and disk vendors' datasheets use it.
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kib": 2**10,
+    "kb": 10**3,
+    "m": 2**20,
+    "mib": 2**20,
+    "mb": 10**6,
+    "g": 2**30,
+    "gib": 2**30,
+    "gb": 10**9,
+    "t": 2**40,
+    "tib": 2**40,
+    "tb": 10**12,
+}
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)")
+
+
+def parse_bytes(text: str | int) -> int:
+    """Bytes in a size a person typed: ``"48GiB"``, ``"48 GB"``, ``"512MiB"``, ``"1.5GiB"``, ``"123456"``.
+
+    Units are case-insensitive. ``KiB/MiB/GiB/TiB`` and bare ``K/M/G/T`` are powers of 1024;
+    ``KB/MB/GB/TB`` are powers of 1000. A plain number is bytes and must be whole. Fractions of a
+    unit round to the nearest byte. Raises ValueError naming the text and giving examples.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"a size cannot be negative, got {text}")
+        return text
+    match = _SIZE.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    if match is None or match.group(2) not in _SIZE_UNITS:
+        raise ValueError(
+            f"cannot read {text!r} as a size: give a number with an optional unit, e.g. 48GiB, "
+            "48GB (10**9 bytes), 512MiB, 1.5GiB, 80G (same as 80GiB) or 123456 (bytes)"
+        )
+    number, unit = match.groups()
+    if unit in ("", "b") and "." in number:
+        raise ValueError(f"cannot read {text!r} as a size: a count of bytes must be whole, e.g. 123456")
+    return round(float(number) * _SIZE_UNITS[unit])

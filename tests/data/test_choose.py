@@ -24,6 +24,20 @@ def test_too_big_for_the_vram_budget_but_under_half_the_ram():
     assert pick(20 * GiB, vram_headroom=60 * GiB).tier == "ram"  # headroom in bytes: 18 GiB left
 
 
+def test_a_plan_of_the_training_step_sets_the_vram_headroom():
+    import torch
+
+    from trainmedic.plan import plan_memory
+
+    build = lambda b: dict(model=torch.nn.Linear(4096, 4096), inputs=torch.randn(b, 4096), optimizer=torch.optim.Adam)  # noqa: E731
+    plan = plan_memory(build, 64, device="a100-80gb")
+    decision = pick(78 * GiB - plan.reserved_bytes - 1, vram_headroom=plan)
+    assert decision.tier == "vram"
+    assert any("planned training step (trainmedic plan, batch 64)" in line for line in decision.lines)
+    big_ram = Resources(ram_available=400 * GiB, vram_free=78 * GiB, vram_total=80 * GiB, disk_free=500 * GiB, cache_root="/cache")
+    assert pick(78 * GiB - plan.reserved_bytes + 1, vram_headroom=plan, resources=big_ram).tier == "ram"
+
+
 def test_half_of_available_ram_is_the_ram_line():
     assert pick(32 * GiB, cuda=False).tier == "ram"
     assert pick(32 * GiB + 1, cuda=False).tier == "disk"

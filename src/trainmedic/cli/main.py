@@ -12,6 +12,7 @@ from rich.console import Console
 from trainmedic._version import __version__
 from trainmedic.cli import demo as demo_command
 from trainmedic.cli import lint as lint_command
+from trainmedic.cli import plan as plan_command
 from trainmedic.cli.run import RunOptions, run_target
 
 app = typer.Typer(
@@ -81,6 +82,30 @@ def lint(
         list(paths or []), as_json=json_output, select=select, ignore=ignore, out=typer.echo, err=_stderr()
     )
     raise typer.Exit(code)
+
+
+@app.command()
+def plan(
+    spec: Optional[str] = typer.Argument(None, metavar="SPEC", help="PATH.py:FUNCTION or package.module:FUNCTION (default FUNCTION: build)."),
+    device: Optional[str] = typer.Option(None, "--device", "-d", metavar="NAME", help="Target GPU: t4, rtx3090, a100-80gb, h100, cpu, ..."),
+    capacity: Optional[str] = typer.Option(None, "--capacity", metavar="SIZE", help="Memory of the target (48GiB, 24GB): overrides --device's, or names any card."),
+    batch: Optional[int] = typer.Option(None, "--batch", "-b", metavar="N", help="Batch size to plan (with --max-batch: plan this one too)."),
+    precision: str = typer.Option("fp32", "--precision", metavar="fp32|tf32|bf16|fp16", help="Training precision; bf16/fp16 mean autocast."),
+    max_batch: bool = typer.Option(False, "--max-batch", help="Also find the largest batch that fits (the plan is made at it unless --batch is given)."),
+    headroom: float = typer.Option(0.0, "--headroom", metavar="F", help="Share of the memory to keep free, e.g. 0.1."),
+    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the plan as JSON (trainmedic.plan/1)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the plan (the JSON is still written)."),
+    list_devices: bool = typer.Option(False, "--list-devices", help="List the GPUs --device knows and exit."),
+) -> None:
+    """Predict the peak GPU memory of one training step before touching a GPU.
+
+    SPEC names a function build(batch_size) returning dict(model=..., inputs=..., optimizer=...,
+    loss_fn=...). Exit code 0 when the plan fits, 1 when it does not, 2 on bad input.
+    """
+    if list_devices:
+        raise typer.Exit(plan_command.list_devices(Console(highlight=False)))
+    options = plan_command.PlanOptions(spec, device, capacity, batch, precision, max_batch, headroom, json_path, quiet)
+    raise typer.Exit(plan_command.run_plan(options, Console(highlight=False), _stderr()))
 
 
 @app.command()

@@ -46,7 +46,7 @@ def load(
     *,
     schema: dict | None = None,
     shuffle_block: int = 1,
-    vram_headroom: float = 0.5,
+    vram_headroom: Any = 0.5,
     ram_budget: int | None = None,
     progress: bool | Progress | None = None,
 ) -> Loader:
@@ -57,6 +57,8 @@ def load(
     (see :mod:`trainmedic.data.choose`), "vram", "ram", "disk" or "stream". ``schema`` declares
     dtype and shape of SQL BLOB/array columns, e.g. ``{"x": ("float32", (64,))}``.
     ``shuffle_block`` > 1 shuffles blocks of consecutive samples (read locality for ``stream``).
+    ``vram_headroom``: VRAM kept for the model, in bytes, as a share of the card, or a
+    ``trainmedic.plan`` Plan of the training step (its reserved bytes).
     ``progress``: None draws a bar on a terminal while the source is read; False never; or an
     object with ``start/advance/stop``.
     """

@@ -4,7 +4,8 @@ Seed 000's rule of thumb was "if the dataset is under 50 % of available RAM, cac
 put its table in VRAM when the card had room beside the model. Auto follows both, fastest first:
 
 1. ``vram`` when the device is CUDA and the data fits the free VRAM minus the headroom the model
-   needs (``vram_headroom``: bytes, or a fraction of the card; by default half the card);
+   needs (``vram_headroom``: bytes, a fraction of the card, or a ``trainmedic.plan`` Plan of the
+   training step, whose reserved bytes are the headroom; by default half the card);
 2. ``ram`` when it fits half of the available RAM (the other half is the process's and the
    page cache's) — or ``ram_budget`` when given;
 3. ``disk`` when the decoded cache fits the free space of ``cache_dir``;
@@ -71,7 +72,7 @@ def choose_tier(
     cuda: bool,
     random_access: bool,
     resources: Resources,
-    vram_headroom: float = 0.5,
+    vram_headroom: Any = 0.5,
     ram_budget: int | None = None,
 ) -> Decision:
     """Pick the tier for ``nbytes`` of decoded samples, or check a forced one; explain both."""
@@ -83,11 +84,18 @@ def choose_tier(
     lines = [f"RAM: {format_bytes(r.ram_available)} available; {ram_note}: {format_bytes(ram_limit)}"]
     vram_limit = None
     if cuda and r.vram_free is not None and r.vram_total is not None:
-        headroom = int(vram_headroom * r.vram_total) if isinstance(vram_headroom, float) else int(vram_headroom)
+        planned = getattr(vram_headroom, "reserved_bytes", None)
+        if planned is not None:
+            # A trainmedic.plan Plan: the training step's own reserve, measured before any GPU
+            # was touched (the CUDA context is already out of the free memory).
+            headroom, source = int(planned), f"the planned training step (trainmedic plan, batch {vram_headroom.batch_size})"
+        else:
+            headroom = int(vram_headroom * r.vram_total) if isinstance(vram_headroom, float) else int(vram_headroom)
+            source = "the model (vram_headroom)"
         vram_limit = max(0, r.vram_free - headroom)
         lines.append(
             f"VRAM: {format_bytes(r.vram_free)} free of {format_bytes(r.vram_total)}; "
-            f"minus {format_bytes(headroom)} headroom for the model (vram_headroom): {format_bytes(vram_limit)}"
+            f"minus {format_bytes(headroom)} headroom for {source}: {format_bytes(vram_limit)}"
         )
     else:
         lines.append("VRAM: none (device is not CUDA)")

@@ -8,6 +8,7 @@ from collections import defaultdict
 from trainmedic._version import __version__
 from trainmedic.categories import CATEGORIES, COMPUTE, TINY_OPS
 from trainmedic.diagnose import amdahl, resolve, steps
+from trainmedic.diagnose.memory import memory_notes
 from trainmedic.diagnose.rules import RULES, Context
 from trainmedic.probe.recorder import SLOTS, Aggregate
 from trainmedic.probe.runner import RunOutcome
@@ -66,7 +67,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         setup_s=round(m.setup_s, 4),
         timeline=timeline,
         lines=_lines(costs, total, n_steps),
-        notes=_notes(m, scope, anchored, loops),
+        notes=_notes(m, scope, anchored, loops) + memory_notes(run.message, m.device),
         version=__version__,
     )
 

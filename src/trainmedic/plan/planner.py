@@ -1,0 +1,167 @@
+"""``plan_memory``: trace, replay through the target's allocator, break down, name the hotspots."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from trainmedic.devices import Device, get_device
+from trainmedic.errors import PlanError
+from trainmedic.plan.allocator import replay
+from trainmedic.plan.hotspots import find_hotspots
+from trainmedic.plan.model import Breakdown, Plan
+from trainmedic.plan.optimizer_state import analytic_state_bytes
+from trainmedic.plan.trace import PRECISIONS, Trace, trace_step
+from trainmedic.units import format_bytes, parse_bytes
+
+
+def plan_memory(
+    build: Callable[[int], Any],
+    batch_size: int | None = None,
+    *,
+    device: str | Device | None = "cpu",
+    capacity: int | str | None = None,
+    precision: str = "fp32",
+    headroom: float = 0.0,
+    max_batch: bool = False,
+) -> Plan:
+    """Plan the peak memory of one training step of ``build(batch_size)`` on ``device``.
+
+    ``capacity`` (bytes, or ``"48GiB"``) overrides the device's memory; with ``device=None`` it
+    stands for a GPU that is not in the catalog (planned like an sm80 card). With ``max_batch=True`` the plan also solves for the largest batch that
+    fits ``capacity × (1 − headroom)``; without a ``batch_size`` the plan is made at that batch.
+    """
+    target = resolve_device(device, capacity)
+    capacity_bytes = resolve_capacity(target, capacity)
+    check_headroom(headroom)
+    if precision not in PRECISIONS:
+        raise PlanError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}; e.g. precision='bf16'.")
+    if batch_size is None and not max_batch:
+        raise PlanError("give a batch size to plan (--batch N), or ask for the largest that fits (--max-batch).")
+    if batch_size is not None:
+        check_batch(batch_size)
+    if precision == "bf16" and target.is_gpu and "bf16" not in target.peak_flops:
+        # Memory is planned as asked; the warning is about what the card can run fast.
+        warning = f"{target.name} has no bf16 tensor cores: bf16 autocast runs slowly there; fp16 with a GradScaler is its mixed precision"
+    else:
+        warning = None
+    plan = _plan(build, batch_size, target, capacity_bytes, precision, headroom, max_batch)
+    if warning:
+        plan.warnings.append(warning)
+    return plan
+
+
+def _plan(build, batch_size, target: Device, capacity_bytes: int, precision: str, headroom: float, max_batch: bool) -> Plan:
+    if not max_batch:
+        return plan_from_trace(trace_step(build, batch_size, target, precision), target, capacity_bytes, precision, headroom)
+
+    from trainmedic.plan.solver import solve_max_batch
+
+    solution = solve_max_batch(build, target, capacity_bytes, precision, headroom)
+    at = batch_size if batch_size is not None else max(1, solution.max_batch or 1)
+    plan = solution.plans.get(at) or plan_from_trace(trace_step(build, at, target, precision), target, capacity_bytes, precision, headroom)
+    plan = dataclasses.replace(plan, max_batch=solution.max_batch, bytes_per_sample=solution.bytes_per_sample)
+    plan.notes = plan.notes + solution.notes
+    return plan
+
+
+def plan_from_trace(trace: Trace, device: Device, capacity_bytes: int, precision: str, headroom: float) -> Plan:
+    events = trace.events
+    if device.is_gpu and trace.host_only:
+        events = [e for e in events if e[1] not in trace.host_only]
+    result = replay(events, trace.allocations, cuda=device.is_gpu)
+    sums = dict.fromkeys(("parameters", "gradients", "optimizer_state", "activations", "temporaries"), 0)
+    for sid, nbytes in result.live_at_peak.items():
+        sums[_category(sid, trace)] += nbytes
+    notes, warnings = list(trace.notes), list(trace.warnings)
+    peak, reserved = result.peak_allocated, result.peak_reserved
+    if trace.incomplete:
+        # The step stopped at an op fake tensors cannot run: what is exact stays exact, the rest
+        # is what was traced before that op, so the plan is a floor and says so.
+        sums["gradients"] = max(sums["gradients"], trace.trainable_bytes)
+        sums["optimizer_state"] = max(sums["optimizer_state"], analytic_state_bytes(trace))
+        floor = sum(sums.values())
+        peak, reserved = max(peak, floor), max(reserved, floor)
+        warnings.append(
+            f"the step could not be traced past {trace.incomplete}; parameters, gradients and optimizer state are "
+            f"counted exactly, activations only up to that op: {format_bytes(peak)} is a lower bound"
+        )
+    breakdown = Breakdown(**sums, cuda_context=device.cuda_context_bytes if device.is_gpu else 0)
+    exclude = trace.parameters | trace.gradients | trace.optimizer_state
+    hotspots = find_hotspots(result.live_at_peak, trace.allocations, exclude, trace.batch_size, peak)
+    return Plan(
+        device=device.key,
+        capacity_bytes=capacity_bytes,
+        batch_size=trace.batch_size,
+        precision=precision,
+        peak_bytes=peak,
+        breakdown=breakdown,
+        reserved_bytes=reserved,
+        headroom=headroom,
+        hotspots=hotspots,
+        notes=notes,
+        warnings=warnings,
+        exact=trace.incomplete is None,
+    )
+
+
+def _category(sid: int, trace: Trace) -> str:
+    if sid in trace.parameters:
+        return "parameters"
+    if sid in trace.gradients:
+        return "gradients"
+    if sid in trace.optimizer_state:
+        return "optimizer_state"
+    if sid in trace.saved or sid in trace.inputs:
+        return "activations"
+    return "temporaries"
+
+
+def resolve_device(device: str | Device | None, capacity: int | str | None) -> Device:
+    if isinstance(device, Device):
+        return device
+    if device is None:
+        if capacity is None:
+            raise PlanError("name a target: --device NAME (e.g. t4, a100-80gb, h100) or --capacity SIZE (e.g. 48GiB).")
+        return custom_device(parse_capacity(capacity))
+    return get_device(device)
+
+
+def custom_device(capacity_bytes: int) -> Device:
+    """A GPU known only by its capacity: planned like an sm80 card with an Ampere-sized context."""
+    ampere = get_device("a100-80gb")
+    return dataclasses.replace(
+        ampere, key="custom", name=f"a GPU of {format_bytes(capacity_bytes)}", memory_bytes=capacity_bytes, memory_source="given"
+    )
+
+
+def resolve_capacity(device: Device, capacity: int | str | None) -> int:
+    if capacity is None:
+        if device.is_gpu:
+            return device.memory_bytes
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    return parse_capacity(capacity)
+
+
+def parse_capacity(capacity: int | str) -> int:
+    value = capacity
+    if isinstance(value, str):
+        try:
+            value = parse_bytes(value)
+        except ValueError as exc:
+            raise PlanError(f"capacity {capacity!r} is not a size: {exc}") from exc
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise PlanError(f"capacity={capacity!r} is not a positive size; give bytes or a size such as '48GiB'.")
+    return value
+
+
+def check_batch(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise PlanError(f"batch size {batch_size!r} cannot be planned: expected a whole number of samples >= 1 (e.g. --batch 32).")
+
+
+def check_headroom(headroom: Any) -> None:
+    if not isinstance(headroom, (int, float)) or isinstance(headroom, bool) or not 0.0 <= headroom < 1.0:
+        raise PlanError(f"headroom={headroom!r} is not a share of the card in [0, 1); e.g. --headroom 0.1 keeps 10 % free.")

@@ -1,0 +1,117 @@
+"""The largest batch that fits, from a memory model fitted to a few traces: no OOM, no halving.
+
+Peak memory is affine in the batch size over long stretches (parameters, gradients and
+optimizer state are fixed; activations grow linearly), with a kink where the peak moves from the
+optimizer step to the backward pass. So: trace two small batches, solve the line for the
+capacity, trace the answer to confirm it, and refit on the two traces that bracket the limit
+(regula falsi) until the answer fits and the next batch is traced not to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from trainmedic.devices import Device
+from trainmedic.plan.model import Plan
+from trainmedic.plan.trace import trace_step
+from trainmedic.units import format_bytes
+
+FIRST = (1, 8)
+MAX_TRACES = 16
+#: A batch beyond this is not a batch: the memory does not grow with it.
+CEILING = 1 << 24
+
+
+@dataclass
+class Solution:
+    max_batch: int | None
+    bytes_per_sample: float | None
+    plans: dict[int, Plan] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    #: Whether each traced candidate fitted, in order: two on the same side means the line is
+    #: bending (allocator rounding, a moving peak) and the next candidate is the bracket's middle.
+    sides: list[bool] = field(default_factory=list)
+
+
+def solve_max_batch(build: Callable[[int], Any], device: Device, capacity_bytes: int, precision: str, headroom: float) -> Solution:
+    from trainmedic.plan.planner import plan_from_trace
+
+    solution = Solution(None, None)
+    limit = int(capacity_bytes * (1.0 - headroom))
+
+    def need(batch: int) -> int:
+        if batch not in solution.plans:
+            solution.plans[batch] = plan_from_trace(trace_step(build, batch, device, precision), device, capacity_bytes, precision, headroom)
+        return solution.plans[batch].needed_bytes
+
+    if need(FIRST[0]) > limit:
+        solution.max_batch = 0
+        solution.notes.append(
+            f"even batch 1 needs {format_bytes(need(1))}, more than the {format_bytes(limit)} usable: "
+            "shrink the model, use bf16, or an optimizer with less state"
+        )
+        return solution
+    need(FIRST[1])
+    while len(solution.plans) < MAX_TRACES:
+        fits = [b for b in solution.plans if need(b) <= limit]
+        fails = [b for b in solution.plans if need(b) > limit]
+        best, over = max(fits), min(fails) if fails else None
+        if over is not None and over == best + 1:
+            break
+        candidate = _next_candidate(solution, best, over, limit, need)
+        if candidate is None:
+            solution.notes.append(f"peak memory does not grow with the batch up to {best}; any batch size fits")
+            return solution
+        if candidate in solution.plans:
+            break
+        solution.sides.append(need(candidate) <= limit)
+    fits = [b for b in solution.plans if need(b) <= limit]
+    solution.max_batch = max(fits)
+    lo, hi = sorted(solution.plans)[0], sorted(solution.plans)[-1]
+    solution.bytes_per_sample = (need(hi) - need(lo)) / (hi - lo) if hi > lo else None
+    traced = ", ".join(str(b) for b in sorted(solution.plans))
+    solution.notes.append(
+        f"max batch from {len(solution.plans)} traces (batch {traced}); "
+        f"about {format_bytes(solution.bytes_per_sample or 0)} more per sample"
+    )
+    return solution
+
+
+def _next_candidate(solution: Solution, best: int, over: int | None, limit: int, need: Callable[[int], int]) -> int | None:
+    traced = sorted(solution.plans)
+    if over is None:
+        a, b = traced[-2], traced[-1]
+        if need(b) <= need(a):  # flat so far: the peak is not in the batch-sized part yet
+            return None if b >= CEILING else min(CEILING, b * 8)
+    if over is not None and len(solution.sides) >= 2 and solution.sides[-1] == solution.sides[-2]:
+        candidate = (best + over) // 2  # the fit keeps landing on one side: take the middle
+    else:
+        candidate = _solve_fit(solution, best, over, limit, need)
+    candidate = max(best + 1, candidate)
+    if over is not None:
+        candidate = min(candidate, over - 1)
+    return min(candidate, CEILING)
+
+
+def _solve_fit(solution: Solution, best: int, over: int | None, limit: int, need: Callable[[int], int]) -> int:
+    """The largest batch a fitted memory model puts under the limit.
+
+    A quadratic through the three traces nearest the limit: activations grow linearly with the
+    batch, but a pairwise cost over the batch (seed 004's Sinkhorn) grows with its square.
+    """
+    anchor = best if over is None else (best + over) / 2
+    nearest = sorted(solution.plans, key=lambda b: abs(b - anchor))[:3]
+    xs = np.array(nearest, dtype=float)
+    ys = np.array([need(b) for b in nearest], dtype=float)
+    degree = 2 if len(nearest) == 3 else 1
+    coefficients = np.polyfit(xs, ys, degree)
+    if degree == 2 and coefficients[0] <= 0:
+        coefficients = np.polyfit(xs, ys, 1)  # bending down: trust only the slope
+    coefficients[-1] -= limit
+    roots = [r.real for r in np.roots(coefficients) if abs(r.imag) < 1e-9 and r.real > best]
+    if not roots:
+        return best + 1
+    return int(min(roots))

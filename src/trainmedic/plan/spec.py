@@ -1,0 +1,73 @@
+"""Find the user's build function from ``path/to/model.py:build`` or ``package.module:build``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from trainmedic.errors import PlanError
+
+DEFAULT_FUNCTION = "build"
+
+
+def load_build(spec: str) -> Callable[[int], Any]:
+    """Import the module named by ``spec`` and return its build function.
+
+    ``model.py`` alone means ``model.py:build``. A file is imported with its own folder first on
+    ``sys.path``, as ``python model.py`` would, so its sibling imports work.
+    """
+    if not spec or not spec.strip():
+        raise PlanError("no build function given; expected PATH.py:FUNCTION or package.module:FUNCTION, e.g. model.py:build.")
+    target, _, function = spec.rpartition(":") if ":" in spec.replace(":\\", "") else (spec, "", DEFAULT_FUNCTION)
+    function = function or DEFAULT_FUNCTION
+    module = _import_file(Path(target)) if target.endswith((".py", ".pyw")) or "/" in target or "\\" in target else _import_module(target)
+    build = getattr(module, function, None)
+    if build is None:
+        names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__)
+        hint = f"; functions it defines: {', '.join(names)}" if names else ""
+        raise PlanError(f"{target} has no function {function!r}{hint}. Name it as {target}:FUNCTION.")
+    if not callable(build):
+        raise PlanError(f"{target}:{function} is a {type(build).__name__}, not a function taking the batch size.")
+    return build
+
+
+def _import_file(path: Path) -> Any:
+    if not path.is_file():
+        raise PlanError(f"{path} does not exist; expected a Python file that defines build(batch_size).")
+    resolved = path.resolve()
+    name = f"trainmedic_plan_{resolved.stem}_{abs(hash(str(resolved))):x}"
+    module_spec = importlib.util.spec_from_file_location(name, resolved)
+    if module_spec is None or module_spec.loader is None:
+        raise PlanError(f"{path} cannot be imported as Python; expected a .py file that defines build(batch_size).")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    folder = str(resolved.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # kept: build() may import its siblings lazily, when called
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise PlanError(f"importing {path} raised {type(exc).__name__}: {exc}{_line_in(exc, resolved)}") from exc
+    return module
+
+
+def _import_module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == name or name.startswith(exc.name + ".")):
+            raise PlanError(f"no module named {name!r}; expected PATH.py:FUNCTION or an importable package.module:FUNCTION.") from exc
+        raise PlanError(f"importing {name} raised ModuleNotFoundError: {exc}") from exc
+    except Exception as exc:
+        raise PlanError(f"importing {name} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _line_in(exc: BaseException, path: Path) -> str:
+    import traceback
+
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+    return f" (at {path}:{lines[-1]})" if lines else ""

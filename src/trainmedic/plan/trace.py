@@ -1,0 +1,319 @@
+"""Trace one training step of the user's ``build(batch_size)`` on fake tensors.
+
+Nothing is allocated: ``build`` runs under ``FakeTensorMode``, so a 1B-parameter model costs
+metadata only. The step runs forward, loss, backward, optimizer step and ``zero_grad`` twice,
+because optimizers create their state lazily in the first step and the second step is the one
+every later step looks like.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from trainmedic.devices import Device
+from trainmedic.errors import PlanError
+from trainmedic.plan.allocator import round_size
+from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
+from trainmedic.plan.target import GpuSide, use_foreach
+from trainmedic.plan.tracker import _TORCH_DIR, Allocation, GradFnLabeller, StorageTracker, user_frame_where
+
+PRECISIONS = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+_KEYS = {"model", "inputs", "optimizer", "loss_fn"}
+
+
+@dataclass
+class Trace:
+    """Every allocation of the step, the order of births and deaths, and what each storage is."""
+
+    batch_size: int
+    events: list[tuple[str, int]]
+    allocations: dict[int, Allocation]
+    parameters: set[int] = field(default_factory=set)
+    gradients: set[int] = field(default_factory=set)
+    optimizer_state: set[int] = field(default_factory=set)
+    #: Storages born in the forward pass and still alive when backward starts: saved for backward.
+    saved: set[int] = field(default_factory=set)
+    inputs: set[int] = field(default_factory=set)
+    #: Optimizer ``step`` counters: CPU scalars unless the optimizer is capturable or fused.
+    host_only: set[int] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: Set when an op could not run on fake tensors: the trace stops there.
+    incomplete: str | None = None
+    parameter_bytes: int = 0
+    trainable_bytes: int = 0
+    optimizer_name: str | None = None
+    #: Parameter-sized state tensors per parameter (None: an optimizer the table does not know).
+    optimizer_slots: int | None = None
+    step_counter_bytes: int = 0
+
+
+def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, precision: str = "fp32") -> Trace:
+    """Run ``build(batch_size)`` and a full training step on fake tensors; record every storage."""
+    if precision not in PRECISIONS:
+        raise PlanError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}; e.g. --precision bf16 for mixed precision.")
+    gpu = GpuSide(device) if device.is_gpu else None
+    tracker = StorageTracker(on_op=gpu)
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake, tracker, _fake_state_restored() as originals:
+        parts = _call_build(build, batch_size)
+        model, inputs, optimizer, loss_fn = _unpack(parts, build)
+        trace = Trace(batch_size, tracker.events, tracker.allocations)
+        _adopt_state(tracker, fake, model, inputs, trace, device.is_gpu, originals)
+        optimizer = _make_optimizer(optimizer, model)
+        if optimizer is not None and device.is_gpu and use_foreach(optimizer):
+            trace.notes.append(f"{type(optimizer).__name__} planned with foreach=True, its default on CUDA")
+        if optimizer is not None:
+            trace.optimizer_name = type(optimizer).__name__
+            trace.optimizer_slots = state_slots(optimizer)
+            trace.step_counter_bytes = step_counter_bytes(optimizer, device.is_gpu)
+        autocast = torch.autocast("cpu", dtype=PRECISIONS[precision]) if PRECISIONS[precision] else contextlib.nullcontext()
+        try:
+            with _module_stack(tracker, model), GradFnLabeller(tracker):
+                for _ in range(2):
+                    _one_step(tracker, trace, model, inputs, optimizer, loss_fn, autocast)
+        except PlanError:
+            raise
+        except Exception as exc:  # an op fake tensors cannot run: keep what was traced, say so
+            trace.incomplete = _describe_untraceable(exc, tracker.phase)
+    if optimizer is None:
+        trace.notes.append("no optimizer in build(): forward and backward only, no optimizer state")
+    trace.notes.extend(dict.fromkeys(tracker.notes))
+    for where in tracker.stand_ins:
+        trace.warnings.append(f".item() at {where} has no value under planning; a stand-in value let the step go on")
+    if gpu is not None:
+        trace.notes.extend(gpu.sdpa_calls)
+    return trace
+
+
+def _call_build(build: Callable[[int], Any], batch_size: int) -> Any:
+    try:
+        return build(batch_size)
+    except Exception as exc:
+        where = _user_line_of(exc)
+        raise PlanError(
+            f"{getattr(build, '__name__', 'build')}({batch_size}) raised {type(exc).__name__}: {exc}{where}. "
+            "Fix the build function so it returns dict(model=..., inputs=...) for any batch size."
+        ) from exc
+
+
+def _unpack(parts: Any, build: Callable) -> tuple:
+    name = getattr(build, "__name__", "build")
+    if not isinstance(parts, dict):
+        raise PlanError(
+            f"{name}(batch_size) returned {type(parts).__name__}, expected a dict with 'model' and 'inputs' "
+            "(and optionally 'optimizer' and 'loss_fn'): return dict(model=model, inputs=x)."
+        )
+    unknown = sorted(set(parts) - _KEYS)
+    missing = sorted({"model", "inputs"} - set(parts))
+    if unknown or missing:
+        problems = [f"missing {', '.join(map(repr, missing))}"] if missing else []
+        problems += [f"unknown {', '.join(map(repr, unknown))}"] if unknown else []
+        raise PlanError(
+            f"{name}(batch_size) returned a dict with {'; '.join(problems)} keys; expected 'model' and 'inputs', "
+            "optionally 'optimizer' and 'loss_fn'."
+        )
+    model = parts["model"]
+    if not isinstance(model, torch.nn.Module):
+        raise PlanError(f"'model' is a {type(model).__name__}, expected a torch.nn.Module.")
+    inputs = parts["inputs"]
+    tensors = _tensors_of(inputs)
+    if not tensors:
+        raise PlanError(
+            f"'inputs' is {type(inputs).__name__} with no tensor in it; expected a tensor, a tuple of tensors "
+            "(passed as model(*inputs)) or a dict (model(**inputs))."
+        )
+    loss_fn = parts.get("loss_fn")
+    if loss_fn is not None and not callable(loss_fn):
+        raise PlanError(f"'loss_fn' is a {type(loss_fn).__name__}, expected a callable taking the model's output.")
+    return model, inputs, parts.get("optimizer"), loss_fn
+
+
+def _tensors_of(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors_of(item)]
+    return []
+
+
+def _adopt_state(tracker: StorageTracker, fake: FakeTensorMode, model: torch.nn.Module, inputs: Any, trace: Trace,
+                 cuda: bool, originals: list) -> None:
+    # A model built before tracing (at import, say) holds real tensors: plan fake stand-ins of
+    # them, and give the user's module its own tensors back afterwards.
+    real = [(m, kind, name, t) for m in model.modules() for kind in ("_parameters", "_buffers")
+            for name, t in getattr(m, kind).items() if t is not None and not _is_fake(t)]
+    if real:
+        trace.warnings.append("the model existed before build() was called; create it inside build() so nothing is allocated")
+    for module, kind, name, tensor in real:
+        stand_in = fake.from_tensor(tensor)
+        if kind == "_parameters":
+            stand_in = torch.nn.Parameter(stand_in, requires_grad=tensor.requires_grad)
+        originals.append((module, kind, name, tensor))
+        getattr(module, kind)[name] = stand_in
+    for p in model.parameters():
+        sid = tracker.adopt(p, "parameter")
+        trace.parameters.add(sid)
+        # What the device holds per tensor: a whole allocator block on a GPU.
+        nbytes = round_size(p.untyped_storage().nbytes()) if cuda else p.untyped_storage().nbytes()
+        trace.parameter_bytes += nbytes
+        if p.requires_grad:
+            trace.trainable_bytes += nbytes
+    for b in model.buffers():
+        trace.parameters.add(tracker.adopt(b, "buffer"))
+    for t in _tensors_of(inputs):
+        trace.inputs.add(tracker.adopt(t if _is_fake(t) else fake.from_tensor(t), "input"))
+    trace.parameters.discard(None)
+
+
+@contextlib.contextmanager
+def _fake_state_restored():
+    """Put back the real tensors of a model that existed before tracing, however tracing ends."""
+    originals: list = []
+    try:
+        yield originals
+    finally:
+        for module, kind, name, tensor in originals:
+            getattr(module, kind)[name] = tensor
+
+
+@contextlib.contextmanager
+def _module_stack(tracker: StorageTracker, model: torch.nn.Module):
+    """Keep ``tracker.module_stack`` on the modules whose forward is running."""
+    sites = {id(m): (name or type(m).__name__, _module_line(tracker, m)) for name, m in model.named_modules()}
+
+    def enter(module, args):
+        tracker.module_stack.append(sites.get(id(module), (type(module).__name__, "")))
+
+    def leave(module, args, output):
+        if tracker.module_stack:
+            tracker.module_stack.pop()
+
+    handles = [
+        torch.nn.modules.module.register_module_forward_pre_hook(enter),
+        torch.nn.modules.module.register_module_forward_hook(leave, always_call=True),
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        tracker.module_stack.clear()
+
+
+def _module_line(tracker: StorageTracker, module: torch.nn.Module) -> str:
+    """The user's line for a module: where its first parameter was made, else its forward."""
+    for p in module.parameters(recurse=False):
+        sid = tracker.sid_of(p)
+        if sid is not None and tracker.allocations[sid].where:
+            return tracker.allocations[sid].where
+    forward = getattr(type(module), "forward", None)
+    code = getattr(forward, "__code__", None)
+    if code is not None and not code.co_filename.startswith(_TORCH_DIR):
+        return f"{code.co_filename}:{code.co_firstlineno}"
+    return ""
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
+
+
+def _make_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optimizer | None:
+    if optimizer is None or isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if callable(optimizer):
+        try:
+            made = optimizer(model.parameters())
+        except Exception as exc:
+            raise PlanError(
+                f"'optimizer' was called with the model's parameters and raised {type(exc).__name__}: {exc}. "
+                "Give an optimizer, or a callable such as lambda params: torch.optim.AdamW(params, lr=1e-3)."
+            ) from exc
+        if isinstance(made, torch.optim.Optimizer):
+            return made
+        optimizer = made
+    raise PlanError(
+        f"'optimizer' is a {type(optimizer).__name__}, expected a torch.optim.Optimizer or a callable "
+        "taking the parameters and returning one (e.g. lambda params: torch.optim.AdamW(params))."
+    )
+
+
+def _one_step(tracker: StorageTracker, trace: Trace, model, inputs, optimizer, loss_fn, autocast) -> None:
+    tracker.phase = "forward"
+    with autocast:
+        out = model(**inputs) if isinstance(inputs, dict) else model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
+        loss = _loss(out, loss_fn)
+    for a in trace.allocations.values():
+        if a.phase == "forward" and a.died is None:
+            trace.saved.add(a.sid)
+    tracker.phase = "backward"
+    loss.backward()
+    del out, loss
+    for p in model.parameters():
+        if p.grad is not None:
+            trace.gradients.add(tracker.sid_of(p.grad))
+    tracker.phase = "optimizer"
+    if optimizer is not None:
+        optimizer.step()
+        on_device_steps = any(g.get("capturable") or g.get("fused") for g in optimizer.param_groups)
+        for state in optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    sid = tracker.sid_of(value)
+                    trace.optimizer_state.add(sid)
+                    if key == "step" and value.numel() == 1 and not on_device_steps:
+                        trace.host_only.add(sid)
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        model.zero_grad(set_to_none=True)
+    trace.gradients.discard(None)
+    trace.optimizer_state.discard(None)
+    tracker.phase = "idle"
+
+
+def _loss(out: Any, loss_fn: Callable | None) -> torch.Tensor:
+    if loss_fn is not None:
+        loss = loss_fn(out)
+    elif isinstance(out, torch.Tensor):
+        loss = out.mean()
+    elif getattr(out, "loss", None) is not None:
+        loss = out.loss
+    else:
+        tensors = _tensors_of(out if not hasattr(out, "to_tuple") else out.to_tuple())
+        if not tensors:
+            raise PlanError(f"the model returned {type(out).__name__} with no tensor; give loss_fn=... in build()'s dict.")
+        loss = tensors[0].mean()
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise PlanError(f"the loss is {shape}, expected a scalar tensor; make loss_fn return one number (e.g. .mean()).")
+    if not loss.requires_grad:
+        raise PlanError("the loss does not require grad: no parameter of the model took part in it, so there is no backward to plan.")
+    return loss
+
+
+def _describe_untraceable(exc: Exception, phase: str) -> str:
+    where = _user_line_of(exc) or (f" at {user_frame_where()}" if user_frame_where() else "")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{type(exc).__name__} in the {phase} pass{where}: {first[:200]}"
+
+
+def _user_line_of(exc: BaseException) -> str:
+    """`` at file:line`` of the innermost traceback frame in the user's code."""
+    from trainmedic.plan.tracker import _OWN_DIR, _STDLIB_DIR, _TORCH_DIR
+
+    found = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if not frame.filename.startswith((_TORCH_DIR, _OWN_DIR, _STDLIB_DIR, "<")):
+            found = f" at {frame.filename}:{frame.lineno}"
+    return found

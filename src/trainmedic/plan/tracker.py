@@ -1,0 +1,256 @@
+"""Storage lifetimes of a fake-tensor step, in dispatch order.
+
+Every op's outputs are looked at once, below autograd and autocast, so the tracker sees what a
+real step would allocate: saved activations, gradients, optimizer state, casts and temporaries.
+A storage's death is seen through a weak reference, the moment Python drops the last tensor
+on it, which is when the CUDA caching allocator would get the block back too.
+
+The tracker holds no tensor: a strong reference would keep the memory it measures alive.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+ALLOC = "alloc"
+FREE = "free"
+RNN_WORKSPACE_BYTES_PER_UNIT = 62.6
+RNN_SCRATCHPAD_BYTES_PER_UNIT = 16.4
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STDLIB_DIR = os.path.dirname(os.__file__)
+_WHERE_KEY = "trainmedic_where"
+
+
+@dataclass
+class Allocation:
+    """One storage: how big, who made it, in which phase, and the events that bracket its life."""
+
+    sid: int
+    nbytes: int
+    op: str
+    where: str
+    phase: str
+    shape: tuple[int, ...]
+    dtype: str
+    born: int = -1
+    died: int | None = None
+    #: Shapes of the op's tensor inputs, for the closed-form formula of a hotspot.
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    #: The innermost module running when the op ran ("blocks.0.attn"), "" outside any.
+    module: str = ""
+
+
+def user_frame_where() -> str:
+    """``file:line`` of the innermost frame that is the user's code, or "" when the op was
+    called from torch or trainmedic itself (an ``nn.Linear`` the planner's step calls, an
+    optimizer's internals) rather than from a line the user wrote."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_OWN_DIR):
+            if name != __file__:
+                return ""
+        elif not (name.startswith(_TORCH_DIR) or name.startswith(_STDLIB_DIR) or name.startswith("<")):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+def _is_cuda(value: Any) -> bool:
+    return (isinstance(value, torch.device) and value.type == "cuda") or (isinstance(value, str) and value.startswith("cuda"))
+
+
+class StorageTracker(TorchDispatchMode):
+    """Records the birth and death of every storage a step creates.
+
+    ``on_op`` (optional) is called after each op with ``(tracker, func, args, outputs, where)``;
+    the target model uses it to add what a GPU kernel allocates that the CPU kernel does not.
+    """
+
+    def __init__(self, on_op: Callable[..., None] | None = None) -> None:
+        super().__init__()
+        self.events: list[tuple[str, int]] = []
+        self.allocations: dict[int, Allocation] = {}
+        self.phase = "build"
+        self.ops = 0
+        self.stand_ins: list[str] = []
+        self.notes: list[str] = []
+        self._sids: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._refs: dict[int, weakref.ref] = {}
+        self._next = 0
+        self._on_op = on_op
+        #: (module path, user line) of the modules whose forward is running, innermost last.
+        self.module_stack: list[tuple[str, str]] = []
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def sid_of(self, tensor: torch.Tensor) -> int | None:
+        """The tracker's id of the tensor's storage, or None if it was never seen."""
+        try:
+            return self._sids.get(tensor.untyped_storage())
+        except (RuntimeError, NotImplementedError):
+            return None
+
+    def adopt(self, tensor: torch.Tensor, op: str, where: str = "") -> int | None:
+        """Track a tensor made outside the dispatch (a parameter built before tracing, say)."""
+        return self._track(tensor, op, where, ())
+
+    def add_transient(self, nbytes: int, op: str, where: str) -> None:
+        """An allocation a GPU kernel makes and frees inside itself (workspaces, accumulators)."""
+        if nbytes <= 0:
+            return
+        sid = self._new_allocation(nbytes, op, where, (nbytes,), "uint8", ())
+        self.allocations[sid].phase = "workspace"
+        self.events.append((FREE, sid))
+        self.allocations[sid].died = len(self.events) - 1
+
+    def add_persistent(self, nbytes: int, op: str, where: str) -> None:
+        """An allocation that lives to the end of the process (the cuBLAS workspace)."""
+        if nbytes > 0:
+            sid = self._new_allocation(nbytes, op, where, (nbytes,), "uint8", ())
+            self.allocations[sid].phase = "workspace"
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # The plan is for the GPU, but a CPU build cannot run autograd on fake CUDA tensors:
+        # everything the user puts on "cuda" is traced on the CPU and modelled afterwards.
+        if "device" in kwargs and _is_cuda(kwargs["device"]):
+            kwargs = dict(kwargs, device=torch.device("cpu"))
+        if func is torch.ops.aten._local_scalar_dense.default:
+            return self._stand_in_scalar(args[0])
+        out = func(*args, **kwargs)
+        self.ops += 1
+        if func is torch.ops.aten.mkldnn_rnn_layer.default:
+            out = self._rnn_workspace(args, out)
+        elif func is torch.ops.aten.mkldnn_rnn_layer_backward.default and len(args) > 7:
+            # ...and its backward allocates a scratchpad inside the kernel: 16.4 bytes per unit.
+            self.add_transient(int(RNN_SCRATCHPAD_BYTES_PER_UNIT * args[7].numel()), "oneDNN LSTM scratchpad (estimate)", "")
+        where, module = self.site()
+        name = func.__name__.split(".")[0]
+        if not where:
+            # Backward runs in autograd's engine, below any user frame: the node being run
+            # remembers the user's line of the forward op it differentiates.
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                where, module = node.metadata.get(_WHERE_KEY, ("", ""))
+                name = f"{name} (backward)"
+        in_shapes = tuple(tuple(a.shape) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor))
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor):
+                self._track(tensor, name, where, in_shapes, module)
+        if self._on_op is not None:
+            self._on_op(self, func, args, out, where)
+        return out
+
+    def site(self) -> tuple[str, str]:
+        """``(user line, module path)`` of the op being run in the forward pass."""
+        where = user_frame_where()
+        module = self.module_stack[-1][0] if self.module_stack else ""
+        if not where and self.module_stack:
+            # Inside torch's own modules (an nn.Linear of a Sequential) the user's line is the
+            # one that created the innermost module with a known line.
+            where = next((line for _, line in reversed(self.module_stack) if line), "")
+        return where, module
+
+    def _rnn_workspace(self, args: tuple, out: tuple) -> tuple:
+        # The meta kernel of oneDNN's LSTM layer returns an empty workspace; the real one,
+        # saved from the layer's forward to its backward, measured 61-64.6 bytes per time step x
+        # sample x hidden unit (torch 2.13, T 16-128, H 64-512, any input size): a fake
+        # workspace of that size takes its place, so autograd keeps it as long as the real one.
+        output, hy, cy, workspace = out
+        training = bool(args[-1]) if args else False
+        if training and workspace.numel() == 0:
+            workspace = torch.empty(int(RNN_WORKSPACE_BYTES_PER_UNIT * output.numel()), dtype=torch.uint8)
+            self.notes.append(
+                "LSTM workspace estimated at 62.6 bytes per time step x sample x hidden unit per layer "
+                "(measured for oneDNN on the CPU; cuDNN's reserve space on a GPU is assumed alike)"
+            )
+        return output, hy, cy, workspace
+
+    def _stand_in_scalar(self, tensor: torch.Tensor) -> Any:
+        # `.item()` on a fake tensor has no value. Planning only needs shapes, so the step goes on
+        # with a stand-in, and the plan says where (a value steering control flow may differ).
+        where = user_frame_where()  # "" inside torch: an optimizer reading its step counter
+        if where and where not in self.stand_ins:
+            self.stand_ins.append(where)
+        if tensor.dtype.is_floating_point:
+            return 1.0
+        if tensor.dtype == torch.bool:
+            return True
+        return 1
+
+    def _track(self, tensor: torch.Tensor, op: str, where: str, in_shapes: tuple, module: str = "") -> int | None:
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
+            return None
+        sid = self._sids.get(storage)
+        if sid is not None:
+            return sid
+        sid = self._new_allocation(storage.nbytes(), op, where, tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), in_shapes)
+        self.allocations[sid].module = module
+        self._sids[storage] = sid
+        self._refs[sid] = weakref.ref(storage, self._freed_callback(sid))
+        return sid
+
+    def _new_allocation(self, nbytes: int, op: str, where: str, shape: tuple, dtype: str, in_shapes: tuple) -> int:
+        sid = self._next
+        self._next += 1
+        self.events.append((ALLOC, sid))
+        self.allocations[sid] = Allocation(sid, int(nbytes), op, where, self.phase, shape, dtype, len(self.events) - 1, None, in_shapes)
+        return sid
+
+    def _freed_callback(self, sid: int) -> Callable[[weakref.ref], None]:
+        def freed(_ref: weakref.ref) -> None:
+            self.events.append((FREE, sid))
+            self.allocations[sid].died = len(self.events) - 1
+            self._refs.pop(sid, None)
+
+        return freed
+
+
+class GradFnLabeller(TorchFunctionMode):
+    """Label each forward output's autograd node with the user's line that made it.
+
+    Autograd attaches ``grad_fn`` above the dispatcher, so the tracker never sees it; this mode
+    runs above autograd, and the backward ops read the label from the node being executed.
+    """
+
+    def __init__(self, tracker: StorageTracker) -> None:
+        super().__init__()
+        self._tracker = tracker
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self._tracker.phase == "forward":
+            nodes = [t.grad_fn for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+            if nodes:
+                label = self._tracker.site()
+                if label[0]:
+                    _label_new_nodes(nodes, label)
+        return out
+
+
+def _label_new_nodes(nodes: list, label: tuple[str, str]) -> None:
+    # One call (``q @ k.T``) can create several nodes (expand, bmm, view): label every node
+    # not labelled yet; nodes of earlier calls are labelled already and stop the walk.
+    while nodes:
+        node = nodes.pop()
+        if node is None or _WHERE_KEY in node.metadata or type(node).__name__ == "AccumulateGrad":
+            continue
+        node.metadata[_WHERE_KEY] = label
+        nodes.extend(next_node for next_node, _ in node.next_functions)

@@ -1,0 +1,288 @@
+"""trainmedic plan as a user runs it: the rendered plan, the JSON contract, exit codes, errors."""
+
+import io
+import os
+
+import pytest
+from rich.console import Console
+
+from trainmedic.cli.plan import PRECISIONS, render_plan
+from trainmedic.devices import known_devices
+from trainmedic.plan.model import CATEGORIES, Breakdown, Hotspot, Plan
+
+MiB, GiB = 2**20, 2**30
+
+MLP = """
+import torch
+
+
+def build(batch_size):
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    x = torch.randn(batch_size, 1024)
+    return dict(model=model, inputs=x, optimizer=lambda params: torch.optim.Adam(params, lr=1e-3))
+"""
+
+RAISES = """
+import torch
+
+
+def build(batch_size):
+    raise ValueError("no data folder configured")
+"""
+
+CONTRACT = ["schema", "device", "capacity_bytes", "batch_size", "precision", "peak_bytes", "breakdown", "fits", "max_batch", "hotspots"]
+EXTRAS = {"reserved_bytes", "needed_bytes", "headroom", "exact", "notes", "warnings"}
+
+
+# --- the renderer, at a fixed width, as exact text -------------------------------------------
+
+
+def render(plan: Plan) -> str:
+    console = Console(file=io.StringIO(), width=100, record=True, force_terminal=False)
+    render_plan(plan, console)
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
+
+
+def t4_plan(where: str, **changes) -> Plan:
+    fields = {
+        "device": "t4",
+        "capacity_bytes": 15_843_721_216,
+        "batch_size": 64,
+        "precision": "bf16",
+        "peak_bytes": 12 * GiB,
+        "reserved_bytes": 12 * GiB + 256 * MiB,
+        "breakdown": Breakdown(400 * MiB, 400 * MiB, 800 * MiB, 8 * GiB + 448 * MiB, 2 * GiB, 300 * MiB),
+        "headroom": 0.1,
+        "max_batch": 80,
+        "bytes_per_sample": 150 * MiB,
+        "hotspots": [
+            Hotspot("softmax in attn", f"{where}:6", 4 * GiB, "B·H·S²·bytes = 64·4·6272²·2 = 18.8 GiB", "pool before attention"),
+            Hotspot("mm", f"<backward of {where}:5>", GiB, "B·S·D·bytes = 64·6272·1024·2 = 784.0 MiB", "recompute it"),
+            Hotspot("_foreach_sqrt", "<unknown>:0", 400 * MiB, "P·bytes = 104857600·4 = 400.0 MiB", ""),
+        ],
+        "notes": ["Adam planned with foreach=True, its default on CUDA"],
+        "warnings": ["the step could not be traced past einsum"],
+    }
+    fields.update(changes)
+    return Plan(**fields)
+
+
+SOURCE = """\
+import torch
+
+
+def build(batch_size):
+    model = torch.nn.TransformerEncoderLayer(256, 4, batch_first=True)
+    scores = torch.randn(batch_size, 4, 6272, 6272)
+"""
+
+EXPECTED_T4 = """\
+Plan for NVIDIA T4 (14.8 GiB), batch 64, bf16
+
+  parameters           400.0 MiB   3%  weights and buffers
+  gradients            400.0 MiB   3%  alive at the peak
+  optimizer state      800.0 MiB   6%  e.g. Adam's two moments
+  activations            8.4 GiB  67%  inputs and tensors saved for backward
+  temporaries            2.0 GiB  16%  intermediates alive at the peak
+= peak allocated        12.0 GiB  96%  torch.cuda.max_memory_allocated
+  allocator reserve    256.0 MiB   2%  reserved - peak: block rounding, cached segments
+  cuda context         300.0 MiB   2%  outside the allocator: context, cuBLAS, cuDNN
+= needed                12.5 GiB       what the card must hold
+usable after headroom   13.3 GiB       10% of 14.8 GiB kept free
+
+fits with 754.8 MiB free
+largest batch that fits: 80 (about 150.0 MiB per sample)
+
+Hotspots: the largest tensors alive at the peak
+     4.0 GiB  softmax in attn at model.py:6
+              B·H·S²·bytes = 64·4·6272²·2 = 18.8 GiB
+              6 | scores = torch.randn(batch_size, 4, 6272, 6272)
+              -> pool before attention
+     1.0 GiB  mm at model.py:5 (its backward)
+              B·S·D·bytes = 64·6272·1024·2 = 784.0 MiB
+              5 | model = torch.nn.TransformerEncoderLayer(256, 4, batch_first=True)
+              -> recompute it
+   400.0 MiB  _foreach_sqrt (no line of yours: inside a library call)
+              P·bytes = 104857600·4 = 400.0 MiB
+
+note: Adam planned with foreach=True, its default on CUDA
+warning: the step could not be traced past einsum
+"""
+
+
+def test_a_gpu_plan_renders_exactly(tmp_path, monkeypatch):
+    (tmp_path / "model.py").write_text(SOURCE, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert render(t4_plan(str(tmp_path / "model.py"))) == EXPECTED_T4
+
+
+def test_a_plan_that_does_not_fit_says_by_how_much_and_points_to_max_batch():
+    plan = t4_plan("gone.py", batch_size=128, peak_bytes=15 * GiB, reserved_bytes=15 * GiB, max_batch=None, hotspots=[], notes=[], warnings=[])
+    text = render(plan)
+    assert "does NOT fit: needs 2.0 GiB more; --max-batch finds the largest batch that fits\n" in text
+    assert "largest batch that fits:" not in text and "Hotspots" not in text and "note:" not in text
+
+
+def test_a_lower_bound_says_so_in_the_peak_row_and_the_verdict():
+    text = render(t4_plan("m.py", exact=False))
+    assert "= peak allocated (at least)   12.0 GiB  96%" in text
+    assert "fits with 754.8 MiB free, but the plan is a lower bound (see the warnings)\n" in text
+
+
+def test_a_missing_source_file_shows_the_place_without_a_line():
+    text = render(t4_plan("/nowhere/model.py"))
+    assert "softmax in attn at /nowhere/model.py:6\n" in text
+    assert " | " not in text
+
+
+def test_no_batch_fits_and_a_custom_card():
+    plan = t4_plan("m.py", device="custom", capacity_bytes=GiB, batch_size=1, max_batch=0, bytes_per_sample=None, hotspots=[])
+    text = render(plan)
+    assert text.startswith("Plan for a GPU of 1.0 GiB, batch 1, bf16\n")
+    assert "largest batch that fits: 0 (even batch 1 does not fit)\n" in text
+
+
+def test_the_host_plan_leaves_out_allocator_and_context_rows():
+    plan = Plan("cpu", 32 * GiB, 8, "fp32", 3 * MiB, Breakdown(MiB, MiB, MiB // 2, MiB // 4, MiB // 4, 0), 3 * MiB)
+    text = render(plan)
+    assert text.startswith("Plan for the host CPU (32.0 GiB of RAM), batch 8, fp32\n")
+    assert "= peak allocated         3.0 MiB  100%\n" in text
+    assert "usable after headroom   32.0 GiB        no headroom kept (--headroom)\n" in text
+    for row in ("allocator reserve", "cuda context", "= needed", "max_memory_allocated"):
+        assert row not in text
+
+
+def test_warnings_are_yellow_and_notes_dim():
+    console = Console(file=io.StringIO(), width=100, record=True, force_terminal=True, color_system="standard")
+    render_plan(t4_plan("m.py"), console)
+    ansi = console.export_text(styles=True)
+    assert "\x1b[33mwarning: the step could not be traced past einsum" in ansi
+    assert "\x1b[2mnote: Adam planned" in ansi
+
+
+def test_the_early_precision_check_matches_the_planner():
+    from trainmedic.plan.trace import PRECISIONS as PLANNER
+
+    assert PRECISIONS == tuple(PLANNER)
+
+
+# --- the command, in a child process ---------------------------------------------------------
+
+
+@pytest.fixture
+def mlp(tm):
+    tm.script("model.py", MLP)
+    return tm
+
+
+def test_a_plan_that_fits_prints_and_exits_0(mlp):
+    result = mlp("plan", "model.py:build", "--device", "cpu", "--batch", "8")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("Plan for the host CPU (")
+    assert "batch 8, fp32\n" in out.splitlines()[0] + "\n"
+    for row in ("parameters", "gradients", "optimizer state", "activations", "temporaries", "= peak allocated", "usable after headroom"):
+        assert row in out
+    assert "fits with " in out and "does NOT fit" not in out
+    assert result.stderr == ""
+
+
+def test_json_is_the_contract(mlp):
+    result = mlp("plan", "model.py", "--device", "t4", "--batch", "512", "--json", "plan.json", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert "JSON plan written to plan.json" in result.stderr
+    data = mlp.report("plan.json")
+    assert list(data)[: len(CONTRACT)] == CONTRACT
+    assert set(data) - set(CONTRACT) == EXTRAS
+    assert data["schema"] == "trainmedic.plan/1"
+    assert (data["device"], data["batch_size"], data["precision"]) == ("t4", 512, "fp32")
+    for key in ("capacity_bytes", "batch_size", "peak_bytes"):
+        assert type(data[key]) is int, key
+    assert data["capacity_bytes"] == 15_843_721_216
+    assert list(data["breakdown"]) == list(CATEGORIES)
+    assert all(type(v) is int for v in data["breakdown"].values())
+    assert data["fits"] is True and data["max_batch"] is None
+    assert data["peak_bytes"] == sum(v for k, v in data["breakdown"].items() if k != "cuda_context")
+    assert isinstance(data["hotspots"], list) and data["hotspots"]
+    for hotspot in data["hotspots"]:
+        assert list(hotspot) == ["op", "where", "bytes", "formula", "advice"]
+        assert type(hotspot["bytes"]) is int
+        assert all(isinstance(hotspot[k], str) for k in ("op", "where", "formula", "advice"))
+
+
+def test_a_card_too_small_exits_1_and_still_writes_the_json(mlp):
+    result = mlp("plan", "model.py", "--capacity", "1MiB", "--batch", "8", "--json", "plan.json")
+    assert result.returncode == 1, result.stderr
+    assert "does NOT fit: needs " in result.stdout
+    assert result.stdout.startswith("Plan for a GPU of 1.0 MiB, batch 8, fp32")
+    data = mlp.report("plan.json")
+    assert data["fits"] is False and data["capacity_bytes"] == MiB
+
+
+def test_max_batch_finds_a_batch_that_fits(mlp):
+    result = mlp("plan", "model.py", "--capacity", "2GiB", "--max-batch", "--json", "plan.json")
+    assert result.returncode == 0, result.stderr
+    data = mlp.report("plan.json")
+    assert type(data["max_batch"]) is int and data["max_batch"] > 8
+    assert data["batch_size"] == data["max_batch"] and data["fits"] is True
+    assert data["needed_bytes"] <= 2 * GiB
+    assert f"largest batch that fits: {data['max_batch']} (about " in result.stdout
+
+
+def test_batch_0_is_a_usage_error_naming_it(mlp):
+    result = mlp("plan", "model.py", "--device", "t4", "--batch", "0")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("trainmedic plan: error: batch size 0 ")
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_unknown_device_lists_the_known_ones(mlp):
+    result = mlp("plan", "model.py", "--device", "gtx9090", "--batch", "8")
+    assert result.returncode == 2
+    assert result.stderr.startswith("trainmedic plan: error: unknown GPU 'gtx9090'")
+    assert all(key in result.stderr for key in known_devices())
+    assert "--capacity" in result.stderr
+
+
+def test_no_target_names_a_few_devices(mlp):
+    result = mlp("plan", "model.py", "--batch", "8")
+    assert result.returncode == 2
+    assert "--device NAME (e.g. t4, " in result.stderr and "--capacity SIZE" in result.stderr
+
+
+def test_a_missing_file_is_a_usage_error(tm):
+    result = tm("plan", "nope.py:build", "--device", "t4", "--batch", "8")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "trainmedic plan: error: nope.py does not exist; expected a Python file that defines build(batch_size)."
+
+
+def test_a_build_that_raises_names_the_users_line(tm):
+    path = tm.script("broken.py", RAISES)
+    result = tm("plan", "broken.py", "--device", "t4", "--batch", "8")
+    assert result.returncode == 2
+    assert result.stderr.startswith("trainmedic plan: error: build(8) raised ValueError: no data folder configured")
+    assert f"{os.path.realpath(path)}:5" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_precision_and_no_spec_are_usage_errors(mlp):
+    bad = mlp("plan", "model.py", "--device", "t4", "--batch", "8", "--precision", "fp8")
+    assert (bad.returncode, bad.stderr.startswith("trainmedic plan: error: --precision fp8 is not one of fp32")) == (2, True)
+    none = mlp("plan", "--device", "t4")
+    assert none.returncode == 2 and "give the build function to plan" in none.stderr
+
+
+def test_list_devices(tm):
+    result = tm("plan", "--list-devices")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["key", "name", "memory", "bandwidth", "family"]
+    t4 = next(line for line in lines if line.startswith("t4 "))
+    assert t4.split() == ["t4", "NVIDIA", "T4", "14.8", "GiB", "320", "GB/s", "turing"]
+    assert {line.split()[0] for line in lines[1:len(known_devices()) + 1]} == set(known_devices())
+
+
+def test_the_help_names_the_spec_form(tm):
+    result = tm("plan", "--help")
+    assert result.returncode == 0 and "PATH.py:FUNCTION" in result.stdout
