@@ -165,3 +165,40 @@ def test_contract_dict_has_the_fixed_keys_and_types():
     assert isinstance(d["fits"], bool) and d["max_batch"] is None
     for h in d["hotspots"]:
         assert set(h) == {"op", "where", "bytes", "formula", "advice"}
+
+
+def test_cuda_calls_in_build_are_planned_on_a_cpu_only_machine():
+    def build(batch_size):
+        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)).to("cuda")
+        model.cuda()
+        model.to(torch.device("cuda"))
+        x = torch.randn(batch_size, 64).cuda().to("cuda:0")
+        return dict(model=model, inputs=x, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+
+    plan = plan_memory(build, 8, device="t4")
+    reference = plan_memory(lambda b: dict(model=nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)), inputs=torch.randn(b, 64),
+                                           optimizer=lambda p: torch.optim.SGD(p, lr=0.1)), 8, device="t4")
+    assert plan.exact and plan.peak_bytes == reference.peak_bytes
+
+
+def test_attention_dropout_is_planned_as_the_gpu_kernels_run_it():
+    class Dropped(SdpaModel):
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.1).sum()
+
+    build = lambda b: dict(model=Dropped(), inputs=torch.randn(b, 1024, 256), loss_fn=lambda out: out)  # noqa: E731
+    gpu = plan_memory(build, 8, device="a100-80gb")
+    assert gpu.peak_bytes < 8 * 4 * 1024 * 1024 * 4  # less than one B·H·S² fp32 tensor
+    assert any("attention dropout" in n for n in gpu.notes)
+    # On the CPU itself dropout takes SDPA's math path: the scores are real there.
+    cpu = plan_memory(build, 8, device="cpu")
+    assert cpu.peak_bytes > 8 * 4 * 1024 * 1024 * 4
+
+
+def test_gradient_accumulation_advice_is_honest_about_odd_batches():
+    from trainmedic.plan.hotspot_advice import _accumulate
+
+    assert _accumulate(128).startswith("batch 64 with gradient accumulation over 2 steps keeps the effective batch of 128")
+    assert _accumulate(127).startswith("batch 64 with gradient accumulation over 2 steps gives an effective batch of 128")

@@ -36,6 +36,6 @@ def advise(kind: str, alloc: Allocation, batch_size: int, total: int) -> str:
 def _accumulate(batch_size: int) -> str:
     if batch_size < 2:
         return "at batch 1, recompute activations in backward (torch.utils.checkpoint) instead"
-    half = batch_size // 2
-    steps = math.ceil(batch_size / half)
-    return f"batch {half} with gradient accumulation over {steps} steps keeps the effective batch of {batch_size}"
+    half = math.ceil(batch_size / 2)
+    effective = "keeps the effective batch of" if 2 * half == batch_size else "gives an effective batch of"
+    return f"batch {half} with gradient accumulation over 2 steps {effective} {2 * half}"

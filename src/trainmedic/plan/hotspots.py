@@ -52,6 +52,8 @@ def find_hotspots(live_at_peak: dict[int, int], allocations: dict[int, Allocatio
         count = sum(1 for _, a in members if a.shape == representative.shape)
         if count > 1:
             formula = f"{count} × {formula}"
+        if count * representative.nbytes < 0.9 * total:
+            formula = f"{formula}; {format_bytes(total)} at this line in all"
         hotspots.append(Hotspot(_ops(members), _short(where) if not where.startswith("<") else "<unknown>:0", total, formula,
                                 advise(kind, representative, batch_size, total), representative.shape, representative.dtype))
     return hotspots

@@ -69,6 +69,9 @@ def solve_max_batch(build: Callable[[int], Any], device: Device, capacity_bytes:
             break
         solution.sides.append(need(candidate) <= limit)
     fits = [b for b in solution.plans if need(b) <= limit]
+    if max(fits) >= CEILING:
+        solution.notes.append(f"no limit found up to batch {CEILING:,}: peak memory barely grows with the batch")
+        return solution
     solution.max_batch = max(fits)
     lo, hi = sorted(solution.plans)[0], sorted(solution.plans)[-1]
     solution.bytes_per_sample = (need(hi) - need(lo)) / (hi - lo) if hi > lo else None

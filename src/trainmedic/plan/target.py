@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from trainmedic.devices import Device
 from trainmedic.plan.tracker import StorageTracker
@@ -82,3 +83,32 @@ def use_foreach(optimizer: torch.optim.Optimizer) -> bool:
             group["foreach"] = True
             changed = True
     return changed
+
+
+class SdpaAsOnTarget(TorchFunctionMode):
+    """Trace attention with dropout the way the target runs it.
+
+    With ``dropout_p > 0`` the CPU takes SDPA's math path and materialises B·H·S² scores and a
+    dropout mask; a GPU's flash and memory-efficient kernels apply dropout from an RNG seed and
+    keep neither. So on a GPU target the call is traced without dropout, the memory it has there.
+    """
+
+    def __init__(self, notes: list[str]) -> None:
+        super().__init__()
+        self._notes = notes
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            if len(args) > 4 and args[4]:
+                args = (*args[:4], 0.0, *args[5:])
+                self._note()
+            elif kwargs.get("dropout_p"):
+                kwargs["dropout_p"] = 0.0
+                self._note()
+        return func(*args, **kwargs)
+
+    def _note(self) -> None:
+        note = "attention dropout planned as the GPU kernels run it (an RNG seed, no B·H·S² mask)"
+        if note not in self._notes:
+            self._notes.append(note)

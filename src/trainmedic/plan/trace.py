@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -20,8 +21,16 @@ from trainmedic.devices import Device
 from trainmedic.errors import PlanError
 from trainmedic.plan.allocator import round_size
 from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
-from trainmedic.plan.target import GpuSide, use_foreach
-from trainmedic.plan.tracker import _TORCH_DIR, Allocation, GradFnLabeller, StorageTracker, user_frame_where
+from trainmedic.plan.target import GpuSide, SdpaAsOnTarget, use_foreach
+from trainmedic.plan.tracker import (
+    _TORCH_DIR,
+    Allocation,
+    CudaToCpu,
+    GradFnLabeller,
+    StorageTracker,
+    modules_stay_on_cpu,
+    user_frame_where,
+)
 
 PRECISIONS = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -62,7 +71,7 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
     gpu = GpuSide(device) if device.is_gpu else None
     tracker = StorageTracker(on_op=gpu)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake, tracker, _fake_state_restored() as originals:
+    with fake, tracker, CudaToCpu(), modules_stay_on_cpu(), _fake_state_restored() as originals:
         parts = _call_build(build, batch_size)
         model, inputs, optimizer, loss_fn = _unpack(parts, build)
         trace = Trace(batch_size, tracker.events, tracker.allocations)
@@ -76,7 +85,8 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
             trace.step_counter_bytes = step_counter_bytes(optimizer, device.is_gpu)
         autocast = torch.autocast("cpu", dtype=PRECISIONS[precision]) if PRECISIONS[precision] else contextlib.nullcontext()
         try:
-            with _module_stack(tracker, model), GradFnLabeller(tracker):
+            on_target = SdpaAsOnTarget(trace.notes) if gpu is not None else contextlib.nullcontext()
+            with _module_stack(tracker, model), GradFnLabeller(tracker), on_target, _quiet_hook_warnings():
                 for _ in range(2):
                     _one_step(tracker, trace, model, inputs, optimizer, loss_fn, autocast)
         except PlanError:
@@ -154,10 +164,14 @@ def _adopt_state(tracker: StorageTracker, fake: FakeTensorMode, model: torch.nn.
             for name, t in getattr(m, kind).items() if t is not None and not _is_fake(t)]
     if real:
         trace.warnings.append("the model existed before build() was called; create it inside build() so nothing is allocated")
+    stand_ins: dict[int, torch.Tensor] = {}  # one per tensor, so tied weights stay tied
     for module, kind, name, tensor in real:
-        stand_in = fake.from_tensor(tensor)
-        if kind == "_parameters":
-            stand_in = torch.nn.Parameter(stand_in, requires_grad=tensor.requires_grad)
+        stand_in = stand_ins.get(id(tensor))
+        if stand_in is None:
+            stand_in = fake.from_tensor(tensor)
+            if kind == "_parameters":
+                stand_in = torch.nn.Parameter(stand_in, requires_grad=tensor.requires_grad)
+            stand_ins[id(tensor)] = stand_in
         originals.append((module, kind, name, tensor))
         getattr(module, kind)[name] = stand_in
     for p in model.parameters():
@@ -184,6 +198,15 @@ def _fake_state_restored():
     finally:
         for module, kind, name, tensor in originals:
             getattr(module, kind)[name] = tensor
+
+
+@contextlib.contextmanager
+def _quiet_hook_warnings():
+    # torch.compile'd modules warn that global module hooks fire an extra time: they are the
+    # planner's own hooks, not the user's concern.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*hook.*", category=UserWarning)
+        yield
 
 
 @contextlib.contextmanager
@@ -230,6 +253,17 @@ def _is_fake(t: torch.Tensor) -> bool:
 
 
 def _make_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optimizer | None:
+    if isinstance(optimizer, torch.optim.Optimizer) and not all(_is_fake(p) for g in optimizer.param_groups for p in g["params"]):
+        # Made outside build() on real tensors: plan a twin of it over the fake parameters and
+        # leave the user's optimizer untouched.
+        kind, defaults = type(optimizer), dict(optimizer.defaults)
+        try:
+            return kind(model.parameters(), **defaults)
+        except Exception as exc:
+            raise PlanError(
+                f"the optimizer {kind.__name__} was made before build() ran and cannot be re-made from its defaults "
+                f"({type(exc).__name__}: {exc}); give optimizer=lambda params: {kind.__name__}(params, ...) instead."
+            ) from exc
     if optimizer is None or isinstance(optimizer, torch.optim.Optimizer):
         return optimizer
     if callable(optimizer):

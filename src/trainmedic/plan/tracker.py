@@ -10,6 +10,7 @@ The tracker holds no tensor: a strong reference would keep the memory it measure
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import weakref
@@ -31,6 +32,7 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB_DIR = os.path.dirname(os.__file__)
 _WHERE_KEY = "trainmedic_where"
+_MODE_METHODS = {"__torch_function__", "__torch_dispatch__"}
 
 
 @dataclass
@@ -60,7 +62,8 @@ def user_frame_where() -> str:
     while frame is not None:
         name = frame.f_code.co_filename
         if name.startswith(_OWN_DIR):
-            if name != __file__:
+            # The planner's own modes sit between the user's call and the op: look through them.
+            if name != __file__ and frame.f_code.co_name not in _MODE_METHODS:
                 return ""
         elif not (name.startswith(_TORCH_DIR) or name.startswith(_STDLIB_DIR) or name.startswith("<")):
             return f"{name}:{frame.f_lineno}"
@@ -254,3 +257,48 @@ def _label_new_nodes(nodes: list, label: tuple[str, str]) -> None:
             continue
         node.metadata[_WHERE_KEY] = label
         nodes.extend(next_node for next_node, _ in node.next_functions)
+
+
+class CudaToCpu(TorchFunctionMode):
+    """Keep the user's ``.cuda()``, ``.to("cuda")`` and ``model.to(device)`` on the CPU.
+
+    A CPU build of torch refuses CUDA devices while parsing the arguments, before any dispatch
+    mode could rewrite them, so the rewrite happens here, above the dispatcher.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if _has_cuda(args) or _has_cuda(kwargs):
+            args = tuple(torch.device("cpu") if _is_cuda(a) else a for a in args)
+            kwargs = {k: torch.device("cpu") if _is_cuda(v) else v for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def modules_stay_on_cpu():
+    """``model.cuda()`` / ``model.to("cuda")`` leave a module where it is while planning.
+
+    Moving fake parameters to the device they are already on makes ``Module._apply`` try to
+    swap each parameter with itself, which fake tensors refuse; a move to CUDA is a no-op here
+    (dtype and memory-format changes still apply).
+    """
+    original_to, original_cuda = torch.nn.Module.to, torch.nn.Module.cuda
+
+    def to(module, *args, **kwargs):
+        device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is None and memory_format is None:
+            return module
+        return original_to(module, dtype=dtype) if memory_format is None else original_to(module, dtype=dtype, memory_format=memory_format)
+
+    torch.nn.Module.to, torch.nn.Module.cuda = to, lambda module, device=None: module
+    try:
+        yield
+    finally:
+        torch.nn.Module.to, torch.nn.Module.cuda = original_to, original_cuda
+
+
+def _has_cuda(values) -> bool:
+    items = values.values() if isinstance(values, dict) else values
+    return any(_is_cuda(v) for v in items)
