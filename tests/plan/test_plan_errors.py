@@ -257,9 +257,10 @@ def test_capacity_alone_stands_for_a_card_not_in_the_catalog():
     assert (plan.device, plan.capacity_bytes) == ("custom", 48 << 30)
 
 
-def test_no_device_and_no_capacity():
-    with pytest.raises(PlanError, match="--device NAME .* --capacity SIZE"):
-        plan_memory(_Recorder(), 4, device=None)
+def test_no_device_and_no_capacity_plans_the_cpu_and_capacity_alone_a_gpu():
+    assert plan_memory(_build_ok, 4, device=None).device == "cpu"
+    plan = plan_memory(_build_ok, 4, capacity="24GiB")
+    assert plan.device == "custom" and plan.capacity_bytes == 24 << 30 and plan.breakdown.cuda_context > 0
 
 
 def test_unknown_device_lists_every_known_key():

@@ -19,7 +19,7 @@ def plan_memory(
     build: Callable[[int], Any],
     batch_size: int | None = None,
     *,
-    device: str | Device | None = "cpu",
+    device: str | Device | None = None,
     capacity: int | str | None = None,
     precision: str = "fp32",
     headroom: float = 0.0,
@@ -27,8 +27,10 @@ def plan_memory(
 ) -> Plan:
     """Plan the peak memory of one training step of ``build(batch_size)`` on ``device``.
 
-    ``capacity`` (bytes, or ``"48GiB"``) overrides the device's memory; with ``device=None`` it
-    stands for a GPU that is not in the catalog (planned like an sm80 card). With ``max_batch=True`` the plan also solves for the largest batch that
+    ``device``: a catalog key ("t4", "h100", "cpu"...) or a Device. ``capacity`` (bytes, or
+    ``"48GiB"``) overrides the device's memory; without a device it stands for a GPU that is not
+    in the catalog (planned like an sm80 card), as ``--capacity`` alone does. With neither, the
+    plan is for the CPU itself. With ``max_batch=True`` the plan also solves for the largest batch that
     fits ``capacity × (1 − headroom)``; without a ``batch_size`` the plan is made at that batch.
     """
     target = resolve_device(device, capacity)
@@ -121,9 +123,7 @@ def resolve_device(device: str | Device | None, capacity: int | str | None) -> D
     if isinstance(device, Device):
         return device
     if device is None:
-        if capacity is None:
-            raise PlanError("name a target: --device NAME (e.g. t4, a100-80gb, h100) or --capacity SIZE (e.g. 48GiB).")
-        return custom_device(parse_capacity(capacity))
+        return get_device("cpu") if capacity is None else custom_device(parse_capacity(capacity))
     return get_device(device)
 
 

@@ -20,7 +20,11 @@ from trainmedic.plan.trace import trace_step
 from trainmedic.units import format_bytes
 
 FIRST = (1, 8)
-MAX_TRACES = 16
+MAX_TRACES = 32
+#: A bracket this narrow (batches, or a share of the answer) is bisected: within it the need is
+#: flat between the allocator's segment steps.
+NARROW_MIN = 8
+NARROW_SHARE = 0.01
 #: A batch beyond this is not a batch: the memory does not grow with it.
 CEILING = 1 << 24
 
@@ -73,6 +77,9 @@ def solve_max_batch(build: Callable[[int], Any], device: Device, capacity_bytes:
         solution.notes.append(f"no limit found up to batch {CEILING:,}: peak memory barely grows with the batch")
         return solution
     solution.max_batch = max(fits)
+    fails = [b for b in solution.plans if need(b) > limit]
+    if not fails or min(fails) != solution.max_batch + 1:
+        solution.notes.append(f"batch {solution.max_batch} is the largest traced to fit; batch {solution.max_batch + 1} was not traced")
     lo, hi = sorted(solution.plans)[0], sorted(solution.plans)[-1]
     solution.bytes_per_sample = (need(hi) - need(lo)) / (hi - lo) if hi > lo else None
     traced = ", ".join(str(b) for b in sorted(solution.plans))
@@ -89,8 +96,12 @@ def _next_candidate(solution: Solution, best: int, over: int | None, limit: int,
         a, b = traced[-2], traced[-1]
         if need(b) <= need(a):  # flat so far: the peak is not in the batch-sized part yet
             return None if b >= CEILING else min(CEILING, b * 8)
-    if over is not None and len(solution.sides) >= 2 and solution.sides[-1] == solution.sides[-2]:
-        candidate = (best + over) // 2  # the fit keeps landing on one side: take the middle
+    narrow = over is not None and over - best <= max(NARROW_MIN, best * NARROW_SHARE)
+    if over is not None and (narrow or (len(solution.sides) >= 2 and solution.sides[-1] == solution.sides[-2])):
+        # Near the limit the need is a staircase (the allocator grows in 2 MiB segments), which
+        # no fitted curve resolves; and a fit that keeps landing on one side is bending. The
+        # middle of the bracket settles both in a few traces.
+        candidate = (best + over) // 2
     else:
         candidate = _solve_fit(solution, best, over, limit, need)
     candidate = max(best + 1, candidate)
