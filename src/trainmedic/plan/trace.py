@@ -56,9 +56,7 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     #: Set when an op could not run on fake tensors: the trace stops there.
     incomplete: str | None = None
-    parameter_bytes: int = 0
     trainable_bytes: int = 0
-    optimizer_name: str | None = None
     #: Parameter-sized state tensors per parameter (None: an optimizer the table does not know).
     optimizer_slots: int | None = None
     step_counter_bytes: int = 0
@@ -80,7 +78,6 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
         if optimizer is not None and device.is_gpu and use_foreach(optimizer):
             trace.notes.append(f"{type(optimizer).__name__} planned with foreach=True, its default on CUDA")
         if optimizer is not None:
-            trace.optimizer_name = type(optimizer).__name__
             trace.optimizer_slots = state_slots(optimizer)
             trace.step_counter_bytes = step_counter_bytes(optimizer, device.is_gpu)
         autocast = torch.autocast("cpu", dtype=PRECISIONS[precision]) if PRECISIONS[precision] else contextlib.nullcontext()
@@ -179,7 +176,6 @@ def _adopt_state(tracker: StorageTracker, fake: FakeTensorMode, model: torch.nn.
         trace.parameters.add(sid)
         # What the device holds per tensor: a whole allocator block on a GPU.
         nbytes = round_size(p.untyped_storage().nbytes()) if cuda else p.untyped_storage().nbytes()
-        trace.parameter_bytes += nbytes
         if p.requires_grad:
             trace.trainable_bytes += nbytes
     for b in model.buffers():
