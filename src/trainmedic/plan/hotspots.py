@@ -22,8 +22,8 @@ MIN_SHARE = 0.02
 LIMIT = 5
 
 _ELEMENTWISE = {"sub", "add", "mul", "div", "pow", "abs", "sub_", "add_", "mul_", "exp", "square", "neg", "rsub", "where", "clone"}
-_ATTENTION = {"bmm", "matmul", "mm", "baddbmm", "_softmax", "softmax", "mul", "div", "add", "masked_fill", "native_dropout",
-              "_softmax_backward_data", "clone", "expand", "where", "dropout", "_to_copy", "sub", "exp"}
+_ATTENTION = {"bmm", "mm", "baddbmm", "_softmax", "_softmax_backward_data", "mul", "div", "add", "sub", "exp", "masked_fill",
+              "native_dropout", "clone", "where", "_to_copy"}
 
 
 def find_hotspots(live_at_peak: dict[int, int], allocations: dict[int, Allocation], exclude: set[int], batch_size: int, peak: int) -> list[Hotspot]:

@@ -27,8 +27,9 @@ from trainmedic.plan.tracker import StorageTracker
 CUBLAS_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
 CUBLAS_WORKSPACE_HOPPER = 32 << 20
 
-_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_addmm_activation", "linear"}
-_CONVS = {"convolution", "convolution_backward", "_convolution", "cudnn_convolution", "conv2d", "conv3d", "conv1d"}
+# aten op names as the dispatcher sees them (nn.Linear arrives as addmm/mm, Conv2d as convolution).
+_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_addmm_activation"}
+_CONVS = {"convolution", "convolution_backward"}
 _SDPA_CPU_BACKWARD = "_scaled_dot_product_flash_attention_for_cpu_backward"
 _SDPA_CPU_FORWARD = "_scaled_dot_product_flash_attention_for_cpu"
 

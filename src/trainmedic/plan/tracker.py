@@ -129,10 +129,6 @@ class StorageTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        # The plan is for the GPU, but a CPU build cannot run autograd on fake CUDA tensors:
-        # everything the user puts on "cuda" is traced on the CPU and modelled afterwards.
-        if "device" in kwargs and _is_cuda(kwargs["device"]):
-            kwargs = dict(kwargs, device=torch.device("cpu"))
         if func is torch.ops.aten._local_scalar_dense.default:
             return self._stand_in_scalar(args[0])
         out = func(*args, **kwargs)
@@ -260,10 +256,11 @@ def _label_new_nodes(nodes: list, label: tuple[str, str]) -> None:
 
 
 class CudaToCpu(TorchFunctionMode):
-    """Keep the user's ``.cuda()``, ``.to("cuda")`` and ``model.to(device)`` on the CPU.
+    """Keep the user's ``.cuda()``, ``.to("cuda")`` and ``device="cuda"`` tensors on the CPU.
 
-    A CPU build of torch refuses CUDA devices while parsing the arguments, before any dispatch
-    mode could rewrite them, so the rewrite happens here, above the dispatcher.
+    The plan is for the GPU, but a CPU build cannot run autograd on fake CUDA tensors, and it
+    refuses CUDA devices while parsing arguments, before any dispatch mode could rewrite them:
+    so the rewrite happens here, above the dispatcher, and the GPU side is modelled afterwards.
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
