@@ -16,3 +16,29 @@ def test_plan_api_is_one_sorted_all():
 
     assert plan.__all__ == sorted(plan.__all__)
     assert all(hasattr(plan, name) for name in plan.__all__)
+
+
+def test_guard_api_is_one_sorted_all_and_imports_no_torch():
+    import subprocess
+    import sys
+
+    import trainmedic.guard as guard
+
+    assert guard.__all__ == sorted(guard.__all__)
+    assert all(hasattr(guard, name) for name in guard.__all__)
+    # A NumPy-only training script must not pay for importing torch through the Checkpointer.
+    code = "import sys, trainmedic.guard; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_importing_trainmedic_leaves_the_global_random_stream_alone():
+    import subprocess
+    import sys
+
+    # rich draws a seed from `random` when imported; a script seeded before `from trainmedic import
+    # guard` must draw what it would draw without trainmedic, or a resume cannot be exact.
+    code = (
+        "import random; random.seed(0); a = random.random(); random.seed(0); "
+        "import trainmedic.guard, trainmedic.cli.main; print(random.random() == a)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainmedic.units import format_bytes, parse_bytes
+from trainmedic.units import format_bytes, format_duration, parse_bytes, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -50,3 +50,35 @@ def test_bad_types_are_refused(value):
 
 def test_round_trips_through_format_bytes():
     assert parse_bytes(format_bytes(48 * 2**30).replace(" ", "")) == 48 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("8h45m", 31500), ("90s", 90), ("1.5h", 5400), ("2m30s", 150), ("500ms", 0.5), ("120", 120), ("1d", 86400),
+     ("10 min", 600), (" 3H ", 10800), (7.5, 7.5), (0, 0)],
+)
+def test_parses_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "5x", "-3", "h", "3h-5m", "1e3s"])
+def test_bad_durations_name_the_value_and_give_examples(text):
+    with pytest.raises(ValueError) as info:
+        parse_duration(text)
+    assert repr(text) in str(info.value) and "8h45m" in str(info.value)
+
+
+def test_negative_duration_numbers_are_refused():
+    with pytest.raises(ValueError, match="negative"):
+        parse_duration(-1.0)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(31500, "8h45m"), (725, "12m05s"), (42, "42.00 s"), (0.5, "500.0 ms")])
+def test_formats_durations(seconds, text):
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_durations_are_refused(value):
+    with pytest.raises(ValueError, match="finite"):
+        parse_duration(value)

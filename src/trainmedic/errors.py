@@ -16,7 +16,13 @@ a message and an exit code. Every message names the bad value, what was expected
     │   └── ResumeError        a state_dict does not belong to this loader
     ├── LintError              a lint path that does not exist, or an unknown rule code
     ├── DeviceError            a GPU name the catalog does not know, or one that names several cards
-    └── PlanError              a build function that cannot be planned, a bad batch or precision
+    ├── PlanError              a build function that cannot be planned, a bad batch or precision
+    ├── CheckpointError        a checkpoint directory that cannot be written, a save that failed
+    │   └── CheckpointMismatchError  a checkpoint taken from another model or optimizer (names the keys)
+    └── PreflightError         a preflight declaration that cannot be read or run
+
+    Preempted (SystemExit, not a TrainmedicError): raised by Checkpointer.save after the save a
+    signal or the deadline asked for, so the run ends cleanly with finally-blocks run.
 """
 
 from __future__ import annotations
@@ -97,3 +103,34 @@ class PlanError(TrainmedicError):
 
 class DeviceError(TrainmedicError):
     """A GPU name the device catalog does not know, or one that fits several cards (names them all)."""
+
+
+class CheckpointError(TrainmedicError):
+    """A checkpoint directory cannot be written (unwritable, full), a save failed, or a bad argument."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint was taken from a different model/optimizer: the message names the mismatched keys."""
+
+
+class PreflightError(TrainmedicError):
+    """``trainmedic preflight`` cannot read the experiments it was given (bad table, bad budget)."""
+
+
+class Preempted(SystemExit):
+    """The run stopped on purpose after its last save: a SIGTERM/SIGUSR1 or the deadline.
+
+    A ``SystemExit`` so that ``finally`` blocks and context managers run and the process ends
+    without a traceback; ``code`` is 128 + the signal number after a signal (what a wrapper sees
+    from a process the signal ended) and 75 (EX_TEMPFAIL: try again) after the deadline.
+    ``message`` says which checkpoint was written and how to resume.
+    """
+
+    def __init__(self, code: int, message: str, step: int, path: str) -> None:
+        super().__init__(code)
+        self.message = message
+        self.step = step
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 
@@ -63,3 +64,41 @@ def parse_bytes(text: str | int) -> int:
     if unit in ("", "b") and "." in number:
         raise ValueError(f"cannot read {text!r} as a size: a count of bytes must be whole, e.g. 123456")
     return round(float(number) * _SIZE_UNITS[unit])
+
+
+_DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0, "ms": 1e-3}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|min|d|h|m|s)")
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds in a duration a person typed: ``"8h45m"``, ``"90s"``, ``"1.5h"``, ``"2m30s"``, ``120``.
+
+    Units: d, h, m (or min), s, ms; parts add up. A plain number is seconds. Raises ValueError
+    naming the text and giving examples; negative durations are refused.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if not math.isfinite(text) or text < 0:
+            raise ValueError(f"a duration must be a finite number of seconds, not negative, got {text}")
+        return float(text)
+    cleaned = text.strip().lower().replace(" ", "") if isinstance(text, str) else ""
+    if re.fullmatch(r"\d+(?:\.\d*)?|\.\d+", cleaned):
+        return float(cleaned)
+    parts = _DURATION_PART.findall(cleaned)
+    if not cleaned or "".join(number + unit for number, unit in parts) != cleaned:
+        raise ValueError(
+            f"cannot read {text!r} as a duration: give a number with units, e.g. 8h45m, 90s, 1.5h, "
+            "2m30s, 500ms, or a plain number of seconds"
+        )
+    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+
+
+def format_duration(seconds: float) -> str:
+    """``8h45m``, ``12m05s``, ``42.0 s``: long spans in h/m, short ones as format_seconds does."""
+    if seconds < 60:
+        return format_seconds(seconds)
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"

@@ -13,6 +13,7 @@ from trainmedic._version import __version__
 from trainmedic.cli import demo as demo_command
 from trainmedic.cli import lint as lint_command
 from trainmedic.cli import plan as plan_command
+from trainmedic.cli import preflight as preflight_command
 from trainmedic.cli.run import RunOptions, run_target
 
 app = typer.Typer(
@@ -106,6 +107,32 @@ def plan(
         raise typer.Exit(plan_command.list_devices(Console(highlight=False)))
     options = plan_command.PlanOptions(spec, device, capacity, batch, precision, max_batch, headroom, json_path, quiet)
     raise typer.Exit(plan_command.run_plan(options, Console(highlight=False), _stderr()))
+
+
+@app.command()
+def preflight(
+    names: list[str] = typer.Argument(None, metavar="NAME", help="Run only these experiments of pyproject.toml."),
+    commands: list[str] = typer.Option(None, "--command", "-c", metavar="COMMAND", help="Run this command as an experiment, e.g. \"python train.py --steps 5\" (repeatable; no pyproject.toml needed)."),
+    budget: Optional[str] = typer.Option(None, "--budget", metavar="DURATION", help="Wall-clock budget of each run, e.g. 2m (default: pyproject's, else 2m)."),
+    device: Optional[str] = typer.Option(None, "--device", "-d", metavar="NAME", help="Target GPU for the memory plan: t4, rtx3090, a100-80gb, h100, ..."),
+    session_limit: Optional[str] = typer.Option(None, "--session-limit", metavar="DURATION", help="The platform's session limit, e.g. 9h: does the full run fit?"),
+    no_resume_check: bool = typer.Option(False, "--no-resume-check", help="Skip save -> kill -> resume for scripts that use guard.Checkpointer."),
+    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.preflight/1)."),
+    project: Optional[Path] = typer.Option(None, "--project", metavar="DIR", help="The project folder (default: the nearest pyproject.toml from here up)."),
+) -> None:
+    """Run every experiment for a few tiny steps on the CPU before spending GPU hours.
+
+    Experiments are declared under [tool.trainmedic.preflight.experiments] in pyproject.toml or
+    given with --command. Each is reported passed, failed (the error and your line) or stuck (where,
+    and a config override that missed a copy); scripts using guard.Checkpointer are also saved,
+    killed and resumed, and must continue identically. Exit code 0 when all passed, 1 otherwise,
+    2 on bad input.
+    """
+    options = preflight_command.PreflightOptions(
+        tuple(names or ()), tuple(commands or ()), budget, device, session_limit,
+        False if no_resume_check else None, json_path, project,
+    )
+    raise typer.Exit(preflight_command.run_preflight_command(options, Console(highlight=False), _stderr()))
 
 
 @app.command()

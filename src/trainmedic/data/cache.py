@@ -26,6 +26,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from trainmedic._pids import pid_alive
 from trainmedic.data.materialize import Progress, Reading
 from trainmedic.data.sources.base import FieldSpec, Source
 from trainmedic.errors import SourceError
@@ -206,7 +207,7 @@ class DiskCache:
                 pid = int(path.name.rsplit("-", 2)[1])
             except (IndexError, ValueError):
                 continue
-            if not _alive(pid):
+            if not pid_alive(pid):
                 shutil.rmtree(path, ignore_errors=True)
 
 
@@ -262,13 +263,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

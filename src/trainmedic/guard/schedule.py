@@ -1,0 +1,225 @@
+"""When a ``save()`` call really writes: every N steps or T seconds, before a deadline, on a signal.
+
+A call that should not write does a clock read and a few comparisons, nothing else: it never
+asks an object for its state. The deadline rule is timed from measurements: a save is started at
+the last step boundary from which one more step and a save of the measured length, with a
+quarter to spare, would no longer finish before the deadline.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from trainmedic.errors import CheckpointError
+from trainmedic.units import format_duration, parse_duration
+
+# Seconds kept free before a deadline on top of 1.25 × the measured save: the rename, the fsync
+# of the directory and a scheduler that kills a few seconds early.
+DEADLINE_MARGIN_S = 1.0
+# How fast the step-time estimate forgets a slow step: a maximum that halves per hour of wall
+# time, not per call — an evaluation of 10 minutes every 100 steps must still count when the next
+# one comes (a per-call decay forgot it and ran through the deadline), while a one-off
+# compilation at the start fades within a few hours.
+_STEP_HALF_LIFE_S = 3600.0
+# A repeat of the same signal within this window is the same request (a launcher forwarding it
+# while the scheduler signals the whole group); after it, the user means now.
+REPEAT_WINDOW_S = 10.0
+
+
+def parse_every(every: int | float | str | None) -> tuple[int | None, float | None]:
+    """``500`` → every 500 steps; ``"10m"`` or ``600.0`` → every 600 s of wall time; None → never."""
+    if every is None:
+        return None, None
+    if isinstance(every, bool):
+        raise CheckpointError(f"every={every!r}: give a step count (every=500) or a duration (every='10m').")
+    if isinstance(every, int):
+        if every < 1:
+            raise CheckpointError(f"every={every}: a step count must be at least 1, e.g. every=500.")
+        return every, None
+    try:
+        seconds = parse_duration(every)
+    except ValueError as exc:
+        raise CheckpointError(f"every={every!r}: {exc}; or a whole number of steps, e.g. every=500.") from None
+    if seconds <= 0:
+        raise CheckpointError(f"every={every!r}: the interval must be longer than zero, e.g. every='10m'.")
+    return None, seconds
+
+
+def parse_deadline(deadline: Any, now_wall: float, now_mono: float) -> float | None:
+    """The deadline as a monotonic time; CheckpointError when it cannot be read or is already past."""
+    if deadline is None:
+        return None
+    if isinstance(deadline, dt.datetime):
+        aware = deadline if deadline.tzinfo else deadline.astimezone()
+        seconds = aware.timestamp() - now_wall
+        shown = aware.isoformat(timespec="seconds")
+    elif isinstance(deadline, dt.timedelta):
+        seconds, shown = deadline.total_seconds(), str(deadline)
+    else:
+        try:
+            seconds = parse_duration(deadline)
+        except ValueError as exc:
+            raise CheckpointError(
+                f"deadline={deadline!r}: {exc}; or a datetime, a timedelta, or seconds from now."
+            ) from None
+        shown = repr(deadline)
+    if seconds <= 0:
+        ago = format_duration(-seconds) if seconds < 0 else "0 s"
+        raise CheckpointError(
+            f"deadline={shown} is already past ({ago} ago): nothing could be saved before it. Give the time left "
+            "in the session from now, e.g. deadline='8h45m' for a 9-hour limit with 15 minutes to spare."
+        )
+    return now_mono + seconds
+
+
+class Schedule:
+    """Decides, per ``save()`` call, whether to write and why (None: skip)."""
+
+    def __init__(self, every_steps: int | None, every_seconds: float | None, deadline_at: float | None) -> None:
+        self.every_steps = every_steps
+        self.every_seconds = every_seconds
+        self.deadline_at = deadline_at
+        self.deadline_hit = False
+        self.must_write = True  # the first call measures the save time and proves the directory
+        self.last_step: int | None = None
+        self.last_write = time.monotonic()
+        self.last_exit = self._observed_at = self.last_write
+        self.step_seconds = 0.0
+        self.save_seconds = 0.0
+
+    def due(self, step: int, now: float) -> str | None:
+        interval = now - self.last_exit
+        decayed = self.step_seconds * 0.5 ** (max(now - self._observed_at, 0.0) / _STEP_HALF_LIFE_S)
+        self.step_seconds = max(interval, decayed)
+        self._observed_at = now
+        # The deadline first: a forced, phase or first save near it must still end the run.
+        if self.deadline_at is not None and not self.deadline_hit and (
+            now + self.step_seconds + 1.25 * self.save_seconds + DEADLINE_MARGIN_S >= self.deadline_at
+        ):
+            return "deadline"
+        if self.must_write:
+            return "first"
+        if self.every_steps is not None and self.last_step is not None and step - self.last_step >= self.every_steps:
+            return "every"
+        if self.every_seconds is not None and now - self.last_write >= self.every_seconds:
+            return "every"
+        return None
+
+    def wrote(self, step: int, seconds: float, reason: str) -> None:
+        self.must_write = False
+        self.last_step = step
+        self.save_seconds = seconds
+        self.last_write = self.last_exit = time.monotonic()
+        if reason == "deadline":
+            self.deadline_hit = True
+
+    def resumed(self, step: int, save_seconds: float) -> None:
+        """After a restore the last save's duration is known: no need to write at the first call."""
+        self.last_step = step
+        self.save_seconds = save_seconds
+        self.must_write = False
+
+    def seconds_left(self, now: float) -> float | None:
+        return None if self.deadline_at is None else self.deadline_at - now
+
+
+class SignalCatcher:
+    """Turns SIGTERM/SIGUSR1 into a flag the next ``save()`` call reads.
+
+    Every live catcher is flagged, whichever installed the handler last (two Checkpointers in one
+    process both save). A repeat within REPEAT_WINDOW_S is the same request; a later one acts at
+    once. A watchdog makes sure a run whose loop no longer calls ``save()`` still ends: after
+    ``grace()`` seconds without the stop save starting, the signal is raised again and handled as
+    it would have been without trainmedic.
+    """
+
+    _live: weakref.WeakSet[SignalCatcher] = weakref.WeakSet()
+
+    def __init__(self, names: str | tuple[str, ...] | list[str], grace: Callable[[], float] = lambda: 30.0) -> None:
+        self.received: int | None = None
+        self.saving = False  # set by the Checkpointer when the save the signal asked for starts
+        self._first_at = 0.0
+        self._grace = grace
+        self._previous: dict[int, Any] = {}
+        self.numbers = [_signal_number(name) for name in ([names] if isinstance(names, str) else names)]
+        if threading.current_thread() is not threading.main_thread():
+            self.installed = False  # Python only lets the main thread install handlers
+            return
+        for number in self.numbers:
+            self._previous[number] = signal.signal(number, self._handle)
+        self.installed = True
+        SignalCatcher._live.add(self)
+
+    def _handle(self, number: int, frame: Any) -> None:
+        now = time.monotonic()
+        listening = [c for c in SignalCatcher._live if number in c.numbers and c.installed]
+        if self.received is None:
+            for catcher in listening:
+                if catcher.received is None:
+                    catcher.received, catcher._first_at = number, now
+            grace = max(REPEAT_WINDOW_S, *(c._grace() for c in listening))
+            timer = threading.Timer(grace, self._watchdog, (number,))
+            timer.daemon = True
+            timer.start()
+            return
+        if now - self._first_at < REPEAT_WINDOW_S:
+            return
+        # Asked again later: the user or the scheduler means now. Hand the signal to whoever had
+        # it before trainmedic (the default ends the process; the last checkpoint is intact).
+        for catcher in listening:
+            catcher.uninstall()
+        previous = signal.getsignal(number)
+        if callable(previous):
+            previous(number, frame)
+        else:
+            signal.raise_signal(number)
+
+    def _watchdog(self, number: int) -> None:
+        if not any(c.saving for c in SignalCatcher._live if number in c.numbers) and self.installed:
+            os.kill(os.getpid(), number)  # handled in the main thread as a late repeat: acts at once
+
+    def uninstall(self) -> None:
+        if not self.installed:
+            return
+        for number, previous in self._previous.items():
+            if signal.getsignal(number) == self._handle:
+                signal.signal(number, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+        self.installed = False
+        SignalCatcher._live.discard(self)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received is not None else ""
+
+
+_UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
+
+
+def _signal_number(name: Any) -> int:
+    number: int | None = None
+    if isinstance(name, int) and not isinstance(name, bool):
+        number = name if name in set(signal.Signals) else None
+    elif isinstance(name, str):
+        upper = name.upper()
+        value = getattr(signal, upper if upper.startswith("SIG") else f"SIG{upper}", None)
+        number = int(value) if isinstance(value, signal.Signals) else None
+    if number is None:
+        raise CheckpointError(
+            f"signals: {name!r} is not a signal on this system; give names like 'SIGTERM', 'SIGUSR1'."
+        )
+    if number in _UNCATCHABLE:
+        raise CheckpointError(
+            f"signals: {signal.Signals(number).name} cannot be caught by any process, so nothing can be saved on it; "
+            "give signals that ask politely, e.g. ('SIGTERM', 'SIGUSR1')."
+        )
+    return number
+
+

@@ -1,0 +1,161 @@
+"""Edge cases of the Checkpointer found in review: signals repeated or arriving after the loop,
+the deadline on forced saves, objects left out of restore, arrays in place, swapped classes,
+bad arguments."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from trainmedic import guard
+from trainmedic.errors import CheckpointError, CheckpointMismatchError
+
+
+def _child(tmp_path: Path, body: str) -> subprocess.Popen:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(body))
+    return subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def test_a_repeated_sigterm_still_saves_at_the_next_step(tmp_path):
+    child = _child(tmp_path, """
+        import os, signal, time
+        from pathlib import Path
+        from trainmedic import guard
+        ckpt = guard.Checkpointer("ck", every=10**6)
+        state = {"n": 0}
+        for step in range(10**6):
+            state["n"] += 1
+            if step == 20:
+                Path("ready").write_text("")
+                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGTERM)  # a launcher forwarding it, and the scheduler
+            time.sleep(0.001)
+            ckpt.save(step + 1, state=state)
+    """)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 128 + 15, err
+    assert "saved step 21" in err
+    assert guard.Checkpointer(tmp_path / "ck").restore(state={}) == 21
+
+
+def test_a_signal_after_the_loop_ends_the_process_after_the_grace(tmp_path):
+    child = _child(tmp_path, """
+        import time
+        from pathlib import Path
+        from trainmedic import guard
+        ckpt = guard.Checkpointer("ck", every=1)
+        for step in range(3):
+            ckpt.save(step + 1, state={"n": step})
+        Path("ready").write_text("")
+        time.sleep(120)  # evaluation after the loop: no more save() calls
+    """)
+    _wait_for(tmp_path / "ready")
+    started = time.monotonic()
+    child.terminate()
+    child.communicate(timeout=60)
+    assert child.returncode == -15  # ended by SIGTERM as it would have been without trainmedic
+    assert time.monotonic() - started < 30
+
+
+def test_a_forced_save_past_the_deadline_ends_the_run(tmp_path):
+    child = _child(tmp_path, """
+        import time
+        from trainmedic import guard
+        ckpt = guard.Checkpointer("ck", every=10**6, deadline="2s")
+        for epoch in range(100):
+            time.sleep(0.3)  # one epoch
+            ckpt.save(epoch + 1, force=True, state={"epoch": epoch})
+    """)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 75, err
+    assert "deadline" in err and "saved step" in err
+
+
+def test_objects_left_out_of_restore_are_named(tmp_path, caplog):
+    model = torch.nn.Linear(2, 2)
+    ckpt = guard.Checkpointer(tmp_path, every=1)
+    ckpt.save(1, model=model, stats={"best": 1.0})
+    with caplog.at_level(logging.INFO, logger="trainmedic.guard"):
+        fresh = guard.Checkpointer(tmp_path)
+        assert fresh.restore(model=torch.nn.Linear(2, 2), scaler=torch.amp.GradScaler("cpu")) == 1
+    assert "'stats', not passed to restore()" in caplog.text
+    assert fresh.resumed.missing == ("scaler",) and "left as built: scaler" in caplog.text
+
+
+def test_arrays_and_tensors_are_filled_in_place(tmp_path):
+    pool, ema = np.arange(5.0), torch.arange(3.0)
+    guard.Checkpointer(tmp_path, every=1).save(1, pool=pool, ema=ema)
+    pool2, ema2 = np.zeros(5), torch.zeros(3)
+    guard.Checkpointer(tmp_path).restore(pool=pool2, ema=ema2)
+    assert pool2.tolist() == [0, 1, 2, 3, 4] and ema2.tolist() == [0, 1, 2]
+    other = np.zeros(4)
+    ckpt = guard.Checkpointer(tmp_path)
+    ckpt.restore(pool=other, ema=torch.zeros(3))
+    assert other.tolist() == [0, 0, 0, 0] and ckpt.resumed.values["pool"].tolist() == [0, 1, 2, 3, 4]
+    assert "'pool' was saved as an array of shape (5,) and dtype float64 and the one given has (4,)" in str(ckpt.resumed)
+
+
+def test_an_optimizer_of_another_class_is_named_before_anything_loads(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    guard.Checkpointer(tmp_path, every=1).save(1, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    other = torch.nn.Linear(2, 2)
+    before = other.weight.clone()
+    with pytest.raises(CheckpointMismatchError, match="torch.optim.sgd.SGD and the object given is torch.optim.adam.Adam"):
+        guard.Checkpointer(tmp_path).restore(model=other, optimizer=torch.optim.Adam(other.parameters()))
+    assert torch.equal(other.weight, before)
+    with pytest.raises(CheckpointMismatchError, match="'model' .*torch.nn.modules.linear.Linear.*NoneType"):
+        guard.Checkpointer(tmp_path).restore(model=None)
+
+
+def test_a_class_that_cannot_be_unpickled_is_named(tmp_path):
+    (tmp_path / "save.py").write_text(textwrap.dedent("""
+        from trainmedic import guard
+        class Stats:
+            def __init__(self): self.best = 1.0
+        guard.Checkpointer("ck", every=1).save(1, stats=Stats())
+    """))
+    (tmp_path / "load.py").write_text(textwrap.dedent("""
+        from trainmedic import guard
+        from trainmedic.errors import CheckpointMismatchError
+        try:
+            guard.Checkpointer("ck").restore(stats=None)
+        except CheckpointMismatchError as exc:
+            print(exc)
+    """))
+    subprocess.run([sys.executable, "save.py"], cwd=tmp_path, check=True)
+    out = subprocess.run([sys.executable, "load.py"], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+    assert "'stats'" in out and "__main__.Stats" in out and "cannot be read back" in out
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda d: guard.Checkpointer(None), "directory=None"),
+        (lambda d: guard.Checkpointer(d, keep_last=0), "keep_last=0"),
+        (lambda d: guard.Checkpointer(d, signals=("SIGKILL",)), "cannot be caught"),
+        (lambda d: guard.Checkpointer(d, deadline=float("nan")), "deadline=nan"),
+        (lambda d: guard.Checkpointer(d).save(1, phase=3, model=1), "phase=3"),
+        (lambda d: guard.Checkpointer(d).save(1, **{"a/b": 1}), "cannot name files"),
+        (lambda d: guard.Checkpointer(d).save(1.5, state=1), "step=1.5"),
+        (lambda d: guard.Checkpointer(d).save(1, _rng=1), "start with '_'"),
+    ],
+)
+def test_bad_arguments_are_named(tmp_path, call, message):
+    with pytest.raises(CheckpointError, match=message.replace("(", "\\(").replace(")", "\\)")):
+        call(tmp_path / "ck")
