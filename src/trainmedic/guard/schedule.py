@@ -96,9 +96,11 @@ class Schedule:
 
     def due(self, step: int, now: float) -> str | None:
         interval = now - self.last_exit
-        decayed = self.step_seconds * 0.5 ** (max(now - self._observed_at, 0.0) / _STEP_HALF_LIFE_S)
-        self.step_seconds = max(interval, decayed)
-        self._observed_at = now
+        if now - self._observed_at >= 60.0:  # decayed once a minute: a power per call would double its cost
+            self.step_seconds *= 0.5 ** ((now - self._observed_at) / _STEP_HALF_LIFE_S)
+            self._observed_at = now
+        if interval > self.step_seconds:
+            self.step_seconds = interval
         # The deadline first: a forced, phase or first save near it must still end the run.
         if self.deadline_at is not None and not self.deadline_hit and (
             now + self.step_seconds + 1.25 * self.save_seconds + DEADLINE_MARGIN_S >= self.deadline_at
