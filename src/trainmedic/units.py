@@ -93,12 +93,12 @@ def parse_duration(text: str | float) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """``8h45m``, ``12m05s``, ``42.0 s``: long spans in h/m, short ones as format_seconds does."""
+    """``9h``, ``8h45m``, ``12m05s``, ``42.00 s``: long spans in h/m, short ones as format_seconds does."""
     if seconds < 60:
         return format_seconds(seconds)
     whole = round(seconds)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:
-        return f"{hours}h{minutes:02d}m"
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
     return f"{minutes}m{secs:02d}s"

@@ -7,9 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from proc_kit import alive, wait_for
 
 PYPROJECT = """
 [tool.trainmedic.preflight]
@@ -270,23 +270,3 @@ def test_sigterm_or_sighup_kills_the_running_child_and_removes_the_temporary_fol
     finally:
         if alive(stuck):  # left behind: do not leave it running after the test
             os.kill(stuck, signal.SIGKILL)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_for(condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.02)  # polling interval only; the condition is what synchronises

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from proc_kit import wait_for
 
 from trainmedic import guard
 from trainmedic.errors import CheckpointError, CheckpointMismatchError
@@ -23,13 +24,6 @@ def _child(tmp_path: Path, body: str) -> subprocess.Popen:
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(body))
     return subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _wait_for(path: Path, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.01)
 
 
 def test_a_repeated_sigterm_still_saves_at_the_next_step(tmp_path):
@@ -65,7 +59,7 @@ def test_a_signal_after_the_loop_ends_the_process_after_the_grace(tmp_path):
         Path("ready").write_text("")
         time.sleep(120)  # evaluation after the loop: no more save() calls
     """)
-    _wait_for(tmp_path / "ready")
+    wait_for((tmp_path / "ready").exists, timeout=30)
     started = time.monotonic()
     child.terminate()
     child.communicate(timeout=60)

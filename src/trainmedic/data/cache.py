@@ -26,7 +26,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from trainmedic._pids import pid_alive
+from trainmedic._os import fsync_dir, pid_alive
 from trainmedic.data.materialize import Progress, Reading
 from trainmedic.data.sources.base import FieldSpec, Source
 from trainmedic.errors import SourceError
@@ -181,7 +181,7 @@ class DiskCache:
         return manifest
 
     def _publish(self, tmp: Path, manifest: dict) -> None:
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if self.folder.exists():
             # The old cache is known bad or stale; move it aside first so the rename is atomic,
             # then delete it once the new one is in place.
@@ -195,7 +195,7 @@ class DiskCache:
             # Another process (a second rank) published the same cache first; use theirs if it checks out.
             if self._problem() is not None:
                 raise
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         if stale is not None:
             shutil.rmtree(stale, ignore_errors=True)
         self.manifest = manifest
@@ -255,11 +255,3 @@ def _file_name(field: str) -> str:
     # Field names may hold "/" (HDF5 groups); a short hash keeps "a/b" and "a_b" apart.
     tag = hashlib.blake2b(field.encode(), digest_size=3).hexdigest()
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', field)[:60]}-{tag}.bin"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

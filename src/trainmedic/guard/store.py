@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainmedic._pids import pid_alive
+from trainmedic._os import fsync_dir, pid_alive
 from trainmedic.errors import CheckpointError
 from trainmedic.guard.serialize import HashingWriter, dump, serializer
 from trainmedic.units import format_bytes
@@ -61,14 +61,6 @@ class Written:
     bytes: int
     seconds: float
     manifest: dict[str, Any] = field(default_factory=dict)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def entry_name(seq: int, step: int, phase: str | None) -> str:

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 import tomllib
 import yaml
 from config_kit import load, write
+from proc_kit import wait_for
 
 from trainmedic.guard.preflight import configs
 from trainmedic.guard.preflight.configs import ConfigFinding, ConfigTracker, TrackedDict, TrackedList, analyse
@@ -484,10 +484,10 @@ def test_seed_004_a_run_stuck_in_phase_3_names_the_missed_copy_from_its_sigusr2_
         cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
-        wait_for(lambda: (root / "phase.started").exists() or child.poll() is not None)
+        wait_for(lambda: (root / "phase.started").exists() or child.poll() is not None, timeout=30)
         assert child.poll() is None, child.stderr.read().decode()
         child.send_signal(signal.SIGUSR2)
-        wait_for(out.exists)
+        wait_for(out.exists, timeout=30)
         assert child.poll() is None  # still in phase 3: 40000 steps to go
     finally:
         child.kill()
@@ -495,14 +495,6 @@ def test_seed_004_a_run_stuck_in_phase_3_names_the_missed_copy_from_its_sigusr2_
         child.stderr.close()
     snapshot = json.loads(out.read_text())
     assert analyse(snapshot, argv, complete=False) == [expected_seed_finding(SEED_LINE)]
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.01)  # polling interval only; the condition is what synchronises
 
 
 # -- forked workers ---------------------------------------------------------------------------

@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from trainmedic.guard.preflight.declarations import Experiment
-from trainmedic.guard.preflight.estimate import cpu_step_time, format_budget, session_estimate, span
+from trainmedic.guard.preflight.estimate import cpu_step_time, format_budget, session_estimate
 from trainmedic.guard.preflight.memory_plan import plan_check
+from trainmedic.units import format_duration
 
 HOUR = 3600.0
 
@@ -67,7 +68,7 @@ def test_no_speed_no_limit_no_steps():
 
 
 def test_spans_and_budgets():
-    assert [span(s) for s in (9 * HOUR, 8.75 * HOUR, 725.0, 42.0)] == ["9h", "8h45m", "12m05s", "42.00 s"]
+    assert [format_duration(s) for s in (9 * HOUR, 8.75 * HOUR, 725.0, 42.0)] == ["9h", "8h45m", "12m05s", "42.00 s"]
     assert [format_budget(s) for s in (20.0, 120.0, 90.0, 1.5, 5400.0)] == ["20s", "2m", "1m30s", "1.50 s", "1h30m"]
 
 

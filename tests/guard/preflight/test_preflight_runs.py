@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 import pytest
+from proc_kit import alive, wait_for
 
 #: Seed 004 #1/#3: the 2D experiment works, the image one was never run and fails inside the
 #: library the user calls (here numpy, as geomloss did there) with (N, C, H, W) tensors.
@@ -148,22 +148,10 @@ def test_a_wrapper_script_is_looked_into_and_the_whole_group_killed(project):
     assert result.verdict == "stuck"
     assert (result.where.frame.path, result.where.frame.line) == (str(script.resolve()), line_of(script, "time.sleep(0.05)"))
     pid = int((project.root / "child.pid").read_text())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.02)
-    assert not _alive(pid), "the grandchild survived the group's SIGKILL"
-
-
-def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+        wait_for(lambda: not alive(pid), timeout=10)
+    except AssertionError:
+        raise AssertionError("the grandchild survived the group's SIGKILL") from None
 
 
 def test_a_library_in_the_projects_venv_is_not_the_users_line(project):

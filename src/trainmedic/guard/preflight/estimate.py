@@ -90,7 +90,7 @@ def session_estimate(experiment: Experiment, session_limit: float | None, cpu_st
             "steps trainmedic could count); declare step_time = \"0.6s\" measured on the target GPU",
         )
     total = steps * step_time
-    head = f"full run: {steps} steps x {speed} = {span(total)}"
+    head = f"full run: {steps} steps x {speed} = {format_duration(total)}"
     estimate = SessionEstimate(steps, step_time, source, total, session_limit)
     if session_limit is None:
         estimate.message = head
@@ -98,20 +98,14 @@ def session_estimate(experiment: Experiment, session_limit: float | None, cpu_st
     deadline = session_limit - min(SESSION_MARGIN, session_limit / 10)
     if total <= deadline:
         estimate.fits, estimate.sessions = True, 1
-        estimate.message = f"{head}: fits a {span(session_limit)} session"
+        estimate.message = f"{head}: fits a {format_duration(session_limit)} session"
         return estimate
     estimate.fits, estimate.sessions, estimate.deadline = False, math.ceil(total / deadline), deadline
     estimate.message = (
-        f"{head}: needs {estimate.sessions} sessions of {span(session_limit)}: "
-        f"pass deadline='{span(deadline)}' to guard.Checkpointer and resume in the next session"
+        f"{head}: needs {estimate.sessions} sessions of {format_duration(session_limit)}: "
+        f"pass deadline='{format_duration(deadline)}' to guard.Checkpointer and resume in the next session"
     )
     return estimate
-
-
-def span(seconds: float) -> str:
-    """``9h``, ``8h45m``, ``12m05s``: format_duration without a trailing ``00m``."""
-    text = format_duration(seconds)
-    return text[:-3] if "h" in text and text.endswith("h00m") else text
 
 
 def format_budget(seconds: float) -> str:
@@ -123,4 +117,4 @@ def format_budget(seconds: float) -> str:
         return f"{whole}s"
     if whole % 60 == 0 and whole < 3600:
         return f"{whole // 60}m"
-    return span(seconds)
+    return format_duration(seconds)
