@@ -58,23 +58,44 @@ def test_expensive_ops_in_a_loop_are_not_tiny(completed, measure):
     assert diagnose(m, ["train.py"], completed).breakdown["tiny_ops"] == 0.0
 
 
-def test_growing_step_time_is_flagged_on_the_growing_category(completed, measure):
-    durations = [0.02 + 0.002 * i for i in range(STEPS)]
+def growing_pool(work: list[float], wall: list[float]) -> tuple[dict, list]:
+    """Sampled lines and per-step slots of a pool read (ot.py:44) that costs ``work`` - 20 ms a step."""
     per_step = []
-    for i, d in enumerate(durations, start=3):
+    for i, seconds in enumerate(work, start=3):
         slots = [0.0] * len(SLOTS)
-        slots[SLOTS.index(BEFORE_MODEL)] = d - 0.02
+        slots[SLOTS.index(BEFORE_MODEL)] = seconds - 0.02
         slots[SLOTS.index("compute")] = 0.02
         per_step.append((i, slots))
+    share = 1 - 0.02 * len(work) / sum(work)
     lines = {
-        (BEFORE_MODEL, "", "ot.py:44", "ot.py:40:sample"): sum(durations) - 0.02 * STEPS,
-        ("compute", "forward", "ot.py:60", "ot.py:55:forward"): 0.02 * STEPS,
+        (BEFORE_MODEL, "", "ot.py:44", "ot.py:40:sample"): sum(wall) * share,
+        ("compute", "forward", "ot.py:60", "ot.py:55:forward"): sum(wall) * (1 - share),
     }
+    return lines, per_step
+
+
+def test_growing_step_time_is_flagged_on_the_growing_category(completed, measure):
+    durations = [0.02 + 0.002 * i for i in range(STEPS)]
+    lines, per_step = growing_pool(durations, durations)
     report = diagnose(measure(lines, durations, per_step=per_step), ["ot.py"], completed)
     assert report.steps.growth > 2.0
     pool = report.findings[0]
     assert (pool.category, pool.kind, pool.where) == ("data", "pool", "ot.py:44")
-    assert "grew" in pool.evidence
+    assert "step time grew" in pool.evidence
+
+
+def test_a_growing_step_hidden_by_a_busy_neighbour_is_found_on_cpu_time(completed, measure):
+    # The first half of the run shares the CPU with another process: wall time falls when it
+    # leaves while the pool -- and the process's own CPU time per step -- keeps growing.
+    cpu = [0.02 + 0.002 * i for i in range(STEPS)]
+    wall = [c * (2.5 if i < STEPS // 2 else 1.0) for i, c in enumerate(cpu)]
+    lines, per_step = growing_pool(cpu, wall)
+    report = diagnose(measure(lines, wall, per_step=per_step, cpu_durations=cpu), ["ot.py"], completed)
+    assert report.steps.growth < 1.3 < report.steps.cpu_growth
+    pool = report.findings[0]
+    assert (pool.category, pool.kind, pool.where) == ("data", "pool", "ot.py:44")
+    assert f"CPU time per step grew {report.steps.cpu_growth:.2f}x" in pool.evidence
+    assert f"grows {report.steps.cpu_growth:.1f}x" in pool.title
 
 
 def test_no_steps_reports_the_whole_run_and_says_how_to_mark_steps(completed, measure):

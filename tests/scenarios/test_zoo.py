@@ -69,7 +69,8 @@ def test_cpu_scenario_is_diagnosed_at_the_right_line(script, tmp_path):
         # The exact data.load call for the script's own source (paths are temporary: a fragment).
         assert expect["suggests"] in (top.get("suggestion") or ""), top
     if expect.get("growth"):
-        assert report["steps"]["growth"] >= 1.3
+        # Wall time, or the process's own CPU time per step where a busy neighbour blurs it.
+        assert max(report["steps"]["growth"], report["steps"]["cpu_growth"] or 0.0) >= 1.3
         assert "grew" in top["evidence"]
     else:
         assert not any("grew" in f["evidence"] for f in report["findings"])

@@ -39,6 +39,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
 
     durations = [d for _, d in m.durations]
     step_growth = steps.growth(durations)
+    cpu = [c for _, c in m.cpu_durations] if m.device.kind != "cuda" else None
     stats = StepStats(
         count=m.steady_steps,
         median_s=statistics.median(durations) if durations else 0.0,
@@ -46,12 +47,13 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         growth=round(step_growth, 4),
         warmup=m.warmup,
         source=m.step_source,
+        cpu_growth=round(steps.growth(cpu), 4) if cpu else None,
     )
     mapping = resolve.slot_mapping(costs)
     timeline = _timeline(m, mapping, breakdown)
-    cpu = [c for _, c in m.cpu_durations] if m.device.kind != "cuda" else None
-    growing = _growing_category(timeline) if steps.grows(durations, cpu) else None
-    findings = _findings(costs, total, n_steps, stats, m, loops, growing)
+    rising = steps.trend(durations, cpu)
+    growing = _growing_category(timeline, rising, dict(m.cpu_durations)) if rising else None
+    findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising)
 
     return Report(
         command=command,
@@ -81,7 +83,7 @@ def _scope(m: Measurements) -> tuple[Aggregate, str, int]:
     return m.setup, "setup", 1
 
 
-def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
+def _findings(costs, total, n_steps, stats, m, loops, growing, rising) -> list[Finding]:
     groups: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     phases: dict[str, float] = defaultdict(float)  # compute split by forward/backward/optimizer
     forward_lines: dict[str, float] = defaultdict(float)
@@ -108,7 +110,8 @@ def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
         if grows and kind == resolve.BATCH_PREPARATION:
             kind = "pool"  # batch preparation that gets slower every step: a growing structure
         ops = max((loop.ops_per_step for loop in loops.values()), default=0.0)
-        ctx = Context(where, seconds / n_steps, stats.median_s, m.device.kind, ops, stats.growth, m.sources)
+        growth = rising.ratio if rising else stats.growth
+        ctx = Context(where, seconds / n_steps, stats.median_s, m.device.kind, ops, growth, m.sources)
         advice = RULES[category](kind, ctx)
         evidence = [f"{share:.1%} of steady-state step time ({format_seconds(seconds / n_steps)} of a {format_seconds(stats.median_s)} median step)"]
         if where is not None and pool.get(where) and len(pool) > 1:
@@ -120,7 +123,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing) -> list[Finding]:
             slowest = max(loops.values(), key=lambda loop: loop.ops_per_step)
             evidence.append(f"{ops:,.0f} torch calls per step at {slowest.seconds_per_op * 1e6:.1f} µs each")
         if grows:
-            evidence.append(f"step time grew {stats.growth:.2f}x from the first to the last quarter of the run")
+            evidence.append(f"{rising.measure} grew {rising.ratio:.2f}x from the first to the last quarter of the run")
         findings.append(Finding(
             category=category,
             share=round(share, 4),
@@ -154,10 +157,17 @@ def _timeline(m: Measurements, mapping, breakdown) -> list[TimelinePoint]:
     return points
 
 
-def _growing_category(timeline: list[TimelinePoint]) -> str | None:
+def _growing_category(timeline: list[TimelinePoint], rising: steps.Trend, cpu_by_step: dict[int, float]) -> str | None:
+    """The category whose seconds per step grew most, on the clock that showed the trend."""
+    def seconds(point: TimelinePoint, category: str) -> float:
+        if rising.measure == "step time" or point.seconds <= 0:
+            return point.categories[category]
+        # The step's category shares, applied to its CPU time instead of its wall time.
+        return point.categories[category] / point.seconds * cpu_by_step.get(point.step, 0.0)
+
     best, best_delta = None, 0.0
     for category in CATEGORIES:
-        first, last = steps.quarters([p.categories[category] for p in timeline])
+        first, last = steps.quarters([seconds(p, category) for p in timeline])
         if last - first > best_delta:
             best, best_delta = category, last - first
     return best

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 #: Growth at or above this flags a step that keeps getting slower (seed 004's growing pool)...
 GROWTH_FLAG = 1.3
@@ -10,8 +11,7 @@ GROWTH_FLAG = 1.3
 #: that a burst of noise from a shared machine at the end of a run is not called a trend.
 STEADY_RISE = 1.05
 #: ...and, where CPU time says anything (not on CUDA, where the host waits on the device), the
-#: process's CPU time per step grew too: a shared machine that slows down mid-run stretches wall
-#: time while the work per step stays the same.
+#: process's CPU time per step grew at least this much too (see ``trend``).
 CPU_GROWTH_FLAG = 1.2
 _MIN_STEPS_FOR_GROWTH = 8
 
@@ -50,12 +50,34 @@ def quarter_medians(durations: list[float]) -> list[float]:
     return [statistics.median(durations[i * q:(i + 1) * q]) for i in range(3)] + [statistics.median(durations[-q:])]
 
 
-def grows(durations: list[float], cpu_durations: list[float] | None = None) -> bool:
-    """A trend, not a blip: the ratio is past the flag *and* every quarter is slower than the last,
-    and the step does more work (CPU time), not just waits longer for a busy machine."""
-    medians = quarter_medians(durations)
+@dataclass(frozen=True)
+class Trend:
+    """A step that keeps getting slower: by how much, and which clock showed it."""
+
+    #: Last-quarter median over first-quarter median of ``measure``.
+    ratio: float
+    #: ``"step time"`` (wall clock) or ``"CPU time per step"`` (the process's own work).
+    measure: str
+
+
+def trend(durations: list[float], cpu_durations: list[float] | None = None) -> Trend | None:
+    """A trend, not a blip: the ratio is past the flag *and* every quarter is slower than the last.
+
+    Wall time counts where CPU time says nothing (CUDA, where the host waits on the device), or
+    when the process's CPU time per step grew too: a shared machine that slows down mid-run
+    stretches wall time while the work per step stays the same. The other way round, a neighbour
+    that comes and goes can hide a real rise in wall time that the process's own CPU time per
+    step still shows quarter by quarter, so a steady rise there is a trend as well.
+    """
+    if _rises_steadily(durations) and (not cpu_durations or growth(cpu_durations) >= CPU_GROWTH_FLAG):
+        return Trend(growth(durations), "step time")
+    if cpu_durations and _rises_steadily(cpu_durations):
+        return Trend(growth(cpu_durations), "CPU time per step")
+    return None
+
+
+def _rises_steadily(values: list[float]) -> bool:
+    medians = quarter_medians(values)
     if not medians or medians[0] <= 0 or medians[-1] / medians[0] < GROWTH_FLAG:
         return False
-    if not all(later >= earlier * STEADY_RISE for earlier, later in zip(medians, medians[1:])):
-        return False
-    return not cpu_durations or growth(cpu_durations) >= CPU_GROWTH_FLAG
+    return all(later >= earlier * STEADY_RISE for earlier, later in zip(medians, medians[1:]))

@@ -57,6 +57,8 @@ def _header(report: Report) -> Text:
     text.append(f"\ndevice:  {report.device.kind} · {report.device.name}\n")
     text.append(f"steps:   {s.count} steady-state + {s.warmup} warm-up, marked by {s.source or 'nothing'}\n")
     text.append(f"step:    median {format_seconds(s.median_s)} · p90 {format_seconds(s.p90_s)} · growth {s.growth:.2f}x")
+    if s.cpu_growth is not None and s.count:
+        text.append(f" (CPU time per step {s.cpu_growth:.2f}x)")
     text.append(f"\nwall:    {report.wall_s:.2f} s, of which set-up {report.setup_s:.2f} s")
     return text
 

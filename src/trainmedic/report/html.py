@@ -102,6 +102,8 @@ def _tone(r: Report) -> str:
 def _header(r: Report, cmd: str) -> str:
     tone, s = _tone(r), r.steps
     growth = "—" if not _finite(s.growth) else f"×{s.growth:.2f}"
+    if s.cpu_growth is not None and _finite(s.cpu_growth) and _finite(s.growth):
+        growth += f" (CPU time per step ×{s.cpu_growth:.2f})"
     facts = [
         ("device", f"{r.device.name} ({r.device.kind})"),
         ("wall time", _dur(r.wall_s)),
@@ -113,7 +115,8 @@ def _header(r: Report, cmd: str) -> str:
         ("step boundaries from", s.source or "—"),
     ]
     # A step that slows down over the run (a leak, a growing pool) deserves a second look.
-    hot = {"growth last/first quarter"} if s.count and _finite(s.growth) and s.growth > 1.2 else set()
+    ratios = [g for g in (s.growth, s.cpu_growth) if g is not None and _finite(g)]
+    hot = {"growth last/first quarter"} if s.count and ratios and max(ratios) > 1.2 else set()
     dl = "".join(f'<div><dt>{_e(k)}</dt><dd class="{"growing" if k in hot else ""}">{_e(v)}</dd></div>'
                  for k, v in facts)
     return (

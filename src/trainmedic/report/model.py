@@ -55,6 +55,9 @@ class StepStats:
     warmup: int = 0
     #: What marked step boundaries: ``optimizer``, ``loader``, ``marker`` or ``None``.
     source: str | None = None
+    #: The same ratio for the process's CPU time per step: the work a step does, which a busy
+    #: neighbour does not stretch. ``None`` on CUDA, where the host mostly waits on the device.
+    cpu_growth: float | None = None
 
 
 @dataclass(frozen=True)
