@@ -1,4 +1,4 @@
-"""Small operating-system facts shared by the data cache and the checkpoint store."""
+"""Small operating-system helpers shared by the data cache, the checkpoint store and the reports."""
 
 from __future__ import annotations
 
@@ -24,3 +24,15 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_text_atomically(path: Path, text: str) -> Path:
+    """Write to a temporary sibling, then rename: a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -36,20 +36,3 @@ class Trainmedic:
 def tm(tmp_path: Path) -> Trainmedic:
     return Trainmedic(tmp_path)
 
-
-#: A small real training loop: a module, an optimizer, a DataLoader-free batch loop.
-LOOP = """
-import sys
-import torch
-
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(512, 64), torch.randn(512, 1)
-steps = int(sys.argv[sys.argv.index("--iters") + 1]) if "--iters" in sys.argv else 20
-for step in range(steps):
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-"""

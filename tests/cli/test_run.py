@@ -9,7 +9,22 @@ import sys
 
 from trainmedic.categories import CATEGORIES
 
-from conftest import LOOP  # noqa: E402  (tests/cli is on sys.path under pytest's rootdir-less import)
+#: A small real training loop: a module, an optimizer, a DataLoader-free batch loop.
+LOOP = """
+import sys
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(512, 64), torch.randn(512, 1)
+steps = int(sys.argv[sys.argv.index("--iters") + 1]) if "--iters" in sys.argv else 20
+for step in range(steps):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
 
 
 def test_runs_the_script_with_its_own_argv_name_and_exit_code(tm):

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainmedic._os import write_text_atomically
+
 SCHEMA = "trainmedic.plan/1"
 
 #: The breakdown's keys, in the order the contract and the console list them.
@@ -112,6 +114,4 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
     def write_json(self, path: str | Path) -> Path:
-        from trainmedic.report.model import write_text_atomically
-
         return write_text_atomically(Path(path), self.to_json() + "\n")

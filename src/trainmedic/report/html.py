@@ -13,8 +13,9 @@ import math
 import shlex
 from pathlib import Path
 
+from trainmedic._os import write_text_atomically
 from trainmedic.categories import CATEGORIES, DESCRIPTIONS
-from trainmedic.report.model import Finding, Report, TimelinePoint, write_text_atomically
+from trainmedic.report.model import Finding, Report, TimelinePoint
 
 __all__ = ["render_html", "write_html"]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from trainmedic._os import write_text_atomically
 from trainmedic.categories import CATEGORIES
 
 SCHEMA = "trainmedic.report/1"
@@ -168,15 +168,3 @@ def _finite_float(value: float) -> float:
 def _finite(row: dict[str, Any]) -> dict[str, Any]:
     # JSON has no infinity; an unbounded ceiling (share of 1.0) is written as null.
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-
-
-def write_text_atomically(path: Path, text: str) -> Path:
-    """Write to a temporary sibling, then rename: a reader never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainmedic._os import write_text_atomically
 from trainmedic.guard.preflight.frames import Where
 
 SCHEMA = "trainmedic.preflight/1"
@@ -184,8 +185,8 @@ class PreflightReport:
             "notes": list(self.notes),
         }
 
-    def write_json(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+    def write_json(self, path: Path) -> Path:
+        return write_text_atomically(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")
 
 
 def _last_lines(text: str, count: int = 40) -> str:
