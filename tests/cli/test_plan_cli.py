@@ -286,3 +286,12 @@ def test_list_devices(tm):
 def test_the_help_names_the_spec_form(tm):
     result = tm("plan", "--help")
     assert result.returncode == 0 and "PATH.py:FUNCTION" in result.stdout
+
+
+def test_an_unwritable_json_path_exits_2_before_planning(mlp):
+    result = mlp("plan", "model.py", "--device", "t4", "--batch", "8", "--json", "no/such/dir/plan.json")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.strip() == (
+        "trainmedic plan: error: --json no/such/dir/plan.json: "
+        "the folder no/such/dir does not exist; create it or give another path"
+    )

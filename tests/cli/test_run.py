@@ -172,3 +172,28 @@ def test_no_target_is_a_usage_error(tm):
     result = tm("run")
     assert result.returncode == 2
     assert "give a script to run" in result.stderr
+
+
+def test_an_unwritable_report_path_exits_2_before_the_script_runs(tm):
+    tm.script("train.py", "open('ran.txt', 'w').close()\n")
+    tm.script("afile", "")
+    for flag, path, problem in [
+        ("--json", "no/such/dir/r.json", "the folder no/such/dir does not exist; create it or give another path"),
+        ("--json", "afile/r.json", "afile is a file, not a folder; give a path in a folder"),
+        ("--html", ".", "is a folder; give a file name, e.g. --html report.html"),
+    ]:
+        result = tm("run", flag, path, "train.py")
+        assert result.returncode == 2
+        assert result.stderr == f"trainmedic: error: {flag} {path}: {problem}\n"
+    assert not (tm.cwd / "ran.txt").exists()
+
+
+def test_a_report_path_lost_during_the_run_is_an_error_not_a_traceback(tm):
+    # The folder is replaced by a file while the script runs: the report cannot be written.
+    tm.script("train.py", LOOP + "\nimport shutil\nshutil.rmtree('out')\nopen('out', 'w').close()\nsys.exit(3)\n")
+    (tm.cwd / "out").mkdir()
+    result = tm("run", "--json", "out/report.json", "train.py")
+    assert result.returncode == 3  # still the script's own exit code
+    assert "trainmedic: error: cannot write the JSON report to out/report.json: " in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Findings" in result.stderr  # the console report was still printed

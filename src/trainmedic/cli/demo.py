@@ -10,6 +10,7 @@ from rich.console import Console
 
 from trainmedic import demo
 from trainmedic.categories import DATA
+from trainmedic.cli.output import USAGE, output_problem
 from trainmedic.cli.run import RunOptions, emit
 from trainmedic.diagnose import diagnose
 from trainmedic.probe import runner
@@ -18,6 +19,10 @@ from trainmedic.report.model import Report
 
 
 def run_demo(steps: int, json_path: Path | None, html_path: Path | None, console: Console) -> int:
+    problem = output_problem([("--json", json_path), ("--html", html_path)])
+    if problem:  # found now, not after both runs
+        console.print(f"trainmedic: error: {problem}", style="red", markup=False)
+        return USAGE
     json_path = json_path.resolve() if json_path else None
     html_path = html_path.resolve() if html_path else None
     with tempfile.TemporaryDirectory(prefix="trainmedic-demo-") as folder:

@@ -19,6 +19,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from trainmedic.cli.output import output_problem
 from trainmedic.devices import DEVICES, get_device, known_devices
 from trainmedic.errors import DeviceError, MissingExtraError, PlanError
 from trainmedic.units import format_bytes
@@ -54,6 +55,10 @@ class PlanOptions:
 
 def run_plan(options: PlanOptions, out: Console, err: Console) -> int:
     """Make the plan, render it on ``out``, write the JSON, and return the exit code."""
+    problem = output_problem([("--json", options.json_path)])
+    if problem:  # found now, not after the traces
+        _error(err, problem)
+        return USAGE
     try:
         plan = _make_plan(options)
     except (PlanError, DeviceError, MissingExtraError) as exc:

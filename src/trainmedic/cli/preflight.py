@@ -9,7 +9,6 @@ input, 128 + N when stopped by signal N (SIGTERM, SIGHUP: the running child is k
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from trainmedic.cli.output import output_problem
 from trainmedic.errors import PreflightError
 from trainmedic.guard.preflight import (
     ExperimentResult,
@@ -72,11 +72,10 @@ def run_preflight_command(options: PreflightOptions, out: Console, err: Console)
     except PreflightError as exc:
         _error(err, str(exc))
         return USAGE
-    if options.json_path is not None:
-        problem = _unwritable(options.json_path)
-        if problem:  # found now, not after every experiment has run
-            _error(err, f"--json {options.json_path}: {problem}")
-            return USAGE
+    problem = output_problem([("--json", options.json_path)])
+    if problem:  # found now, not after every experiment has run
+        _error(err, problem)
+        return USAGE
     count = len(settings.experiments)
     index = {e.name: i for i, e in enumerate(settings.experiments, 1)}
 
@@ -131,20 +130,6 @@ def _stop_on_signals():
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why the JSON report could not be written to ``path``, or None."""
-    folder = path.parent
-    if not folder.is_dir():
-        if folder.exists():
-            return f"{folder} is a file, not a folder; give a path in a folder"
-        return f"the folder {folder} does not exist; create it or give another path"
-    if path.is_dir():
-        return "is a folder; give a file name, e.g. --json report.json"
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        return "cannot write there (permission denied); give a path in a folder you can write to"
-    return None
 
 
 def _error(err: Console, message: str) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
 
+from trainmedic.cli.output import USAGE, output_problem
 from trainmedic.diagnose import diagnose
 from trainmedic.errors import ScriptError
 from trainmedic.probe import runner
@@ -40,6 +42,10 @@ def run_target(options: RunOptions, console: Console) -> int:
     except ScriptError as exc:
         console.print(f"trainmedic: error: {exc}", style="red", markup=False)
         return exc.exit_code
+    problem = output_problem([("--json", options.json_path), ("--html", options.html_path)])
+    if problem:  # found now, not after the whole run
+        console.print(f"trainmedic: error: {problem}", style="red", markup=False)
+        return USAGE
 
     command = (["-m", options.target] if options.module else [options.target]) + options.args
     session = WatchSession(warmup=options.warmup, max_steps=options.steps, interval=options.interval_s)
@@ -61,9 +67,14 @@ def emit(report: Report, json_path: Path | None, html_path: Path | None, quiet: 
     if not quiet:
         console.print()
         render_console(report, console)
-    if json_path is not None:
-        report.write_json(json_path)
-        console.print(f"trainmedic: JSON report written to {json_path}", markup=False)
-    if html_path is not None:
-        write_html(report, html_path)
-        console.print(f"trainmedic: HTML report written to {html_path}", markup=False)
+    writers = {"JSON": (json_path, report.write_json), "HTML": (html_path, partial(write_html, report))}
+    for kind, (path, write) in writers.items():
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as exc:  # checked before the run; a full disk can still refuse it
+            console.print(f"trainmedic: error: cannot write the {kind} report to {path}: {exc.strerror or exc}",
+                          style="red", markup=False)
+        else:
+            console.print(f"trainmedic: {kind} report written to {path}", markup=False)
