@@ -5,6 +5,8 @@ bad arguments."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -18,6 +20,7 @@ from proc_kit import wait_for
 
 from trainmedic import guard
 from trainmedic.errors import CheckpointError, CheckpointMismatchError
+from trainmedic.guard.preflight_log import ENV as PREFLIGHT_ENV
 
 
 def _child(tmp_path: Path, body: str) -> subprocess.Popen:
@@ -145,6 +148,9 @@ def test_a_class_that_cannot_be_unpickled_is_named(tmp_path):
         (lambda d: guard.Checkpointer(d, signals=("SIGKILL",)), "cannot be caught"),
         (lambda d: guard.Checkpointer(d, deadline=float("nan")), "deadline=nan"),
         (lambda d: guard.Checkpointer(d).save(1, phase=3, model=1), "phase=3"),
+        (lambda d: guard.Checkpointer(d).save(1, phase="warm up", model=1), "phase='warm up'"),
+        (lambda d: guard.Checkpointer(d).save(1, phase="p" * 300, model=1), "at most 100 characters"),
+        (lambda d: guard.Checkpointer(d, every="10 minutes please"), "every='10 minutes please'"),
         (lambda d: guard.Checkpointer(d).save(1, **{"a/b": 1}), "cannot name files"),
         (lambda d: guard.Checkpointer(d).save(1.5, state=1), "step=1.5"),
         (lambda d: guard.Checkpointer(d).save(1, _rng=1), "start with '_'"),
@@ -153,3 +159,68 @@ def test_a_class_that_cannot_be_unpickled_is_named(tmp_path):
 def test_bad_arguments_are_named(tmp_path, call, message):
     with pytest.raises(CheckpointError, match=message.replace("(", "\\(").replace(")", "\\)")):
         call(tmp_path / "ck")
+
+
+def test_under_preflight_a_bad_every_is_still_refused(tmp_path, monkeypatch):
+    # Preflight writes every call, but the value the real run will parse must be checked too.
+    monkeypatch.setenv(PREFLIGHT_ENV, str(tmp_path / "preflight"))
+    (tmp_path / "preflight").mkdir()
+    with pytest.raises(CheckpointError, match="every='10 minutes please'"):
+        guard.Checkpointer(tmp_path / "ck", every="10 minutes please")
+    ckpt = guard.Checkpointer(tmp_path / "ck", every="10m")
+    try:
+        ckpt.restore(state={})
+        assert ckpt.save(1, state={}) and ckpt.save(2, state={})  # every call writes under preflight
+    finally:
+        ckpt.close()
+
+
+def test_phases_that_differ_only_by_dash_or_underscore_keep_their_own_checkpoints(tmp_path):
+    ckpt = guard.Checkpointer(tmp_path / "ck", keep_last=1, every=None, signals=())
+    ckpt.save(1, phase="warm-up", state={"a": 1})
+    ckpt.save(2, phase="warm_up", state={"a": 2})
+    ckpt.save(3, force=True, state={"a": 3})
+    names = sorted(p.name for p in (tmp_path / "ck").iterdir())
+    assert names == ["000001-step-1-warm-up", "000002-step-2-warm_up", "000003-step-3"]
+    assert ckpt.phases_done == ("warm-up", "warm_up")
+
+
+def test_a_fresh_restore_leaves_a_stateful_loader_and_the_random_stream_alone(tmp_path):
+    from torch.utils.data import TensorDataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    loader = StatefulDataLoader(TensorDataset(torch.arange(40.0)), batch_size=4, shuffle=True)
+    model = torch.nn.Linear(2, 2)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    ckpt = guard.Checkpointer(tmp_path / "ck", signals=())
+    assert ckpt.restore(loader=loader, model=model) == 0
+    assert torch.equal(torch.rand(3), expected)  # no iterator was built: no seed drawn
+    ckpt.close()
+
+
+def test_the_first_step_is_timed_from_restore_not_from_the_constructor(tmp_path):
+    # Set-up between Checkpointer() and restore() (building the model, reading data) is not a
+    # step: counted as one, it would move every deadline save earlier for an hour.
+    ckpt = guard.Checkpointer(tmp_path / "ck", signals=())
+    before_restore = time.monotonic()
+    ckpt.restore(state={})
+    assert ckpt._schedule.last_exit >= before_restore
+    ckpt.close()
+
+
+def test_stopping_waits_for_the_save_the_signal_asked_for(tmp_path):
+    # A signal landing between a skipped save() and the loop's `if ckpt.stopping: break` must
+    # not end the loop before the step is saved.
+    ckpt = guard.Checkpointer(tmp_path / "ck", every=1000, signals=("SIGUSR1",), exit_on_stop=False)
+    try:
+        ckpt.restore(state={})
+        assert ckpt.save(1, state={"step": 1})  # the first call writes
+        assert not ckpt.save(2, state={"step": 2})
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert not ckpt.stopping
+        assert ckpt.save(3, state={"step": 3}) and ckpt.stopping
+        assert ckpt.latest().step == 3
+    finally:
+        ckpt.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import os
 import signal
 
@@ -146,6 +147,35 @@ def test_every_live_catcher_is_flagged_and_a_quick_repeat_is_the_same_request():
     finally:
         second.uninstall()
         first.uninstall()
+
+
+def test_the_signal_goes_back_to_the_users_handler_whatever_order_catchers_close_in():
+    heard = []
+    before = signal.signal(signal.SIGUSR1, lambda number, frame: heard.append(number))
+    try:
+        for order in ("made", "reversed"):
+            first, second = SignalCatcher("SIGUSR1"), SignalCatcher("SIGUSR1")
+            for catcher in ((first, second) if order == "made" else (second, first)):
+                catcher.uninstall()
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert heard == [signal.SIGUSR1], order
+            assert first.received is None and second.received is None
+            heard.clear()
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+
+
+def test_a_catcher_dropped_without_closing_hands_a_signal_on():
+    heard = []
+    before = signal.signal(signal.SIGUSR1, lambda number, frame: heard.append(number))
+    try:
+        SignalCatcher("SIGUSR1")  # never uninstalled, collected at once
+        gc.collect()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert heard == [signal.SIGUSR1]
+        assert signal.getsignal(signal.SIGUSR1) is not SignalCatcher._handle
+    finally:
+        signal.signal(signal.SIGUSR1, before)
 
 
 @pytest.mark.parametrize("bad", ["SIGKILL", "SIGSTOP", 99999, "", True])

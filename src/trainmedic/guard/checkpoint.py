@@ -65,7 +65,9 @@ class Checkpointer:
         self.given_directory = Path(directory)
         self._preflight = PreflightLog.from_env()
         self.directory = self._preflight.redirect(self.given_directory) if self._preflight else self.given_directory
-        every_steps, every_seconds = parse_every(1 if self._preflight else every)
+        every_steps, every_seconds = parse_every(every)  # checked under preflight too: the real run would refuse it
+        if self._preflight:
+            every_steps, every_seconds = 1, None  # preflight's resume check needs every call written
         deadline_at = parse_deadline(deadline, time.time(), time.monotonic())
         store.prepare_directory(self.directory)
         self.keep_last = keep_last
@@ -124,7 +126,7 @@ class Checkpointer:
         self._check_names(objects)
         skipped: list[tuple[Path, str]] = []
         for path in store.clean_leftovers(self.directory):
-            if path.name.startswith(".tmp-") and not path.name.startswith(".tmp-probe."):
+            if store.is_interrupted_save(path):
                 skipped.append((path, "an interrupted save (the process stopped while writing it); removed"))
         chosen, older = None, []
         for entry in store.list_entries(self.directory):
@@ -141,6 +143,7 @@ class Checkpointer:
             self._room_for(objects)
             self.resumed = RestoreInfo(0, None, None, (), tuple(skipped), (), tuple(objects))
             self._log_restore()
+            self._schedule.last_exit = time.monotonic()  # set-up since __init__ is not a step
             return 0
         entry, manifest = chosen
         sources = self._sources(objects, chosen, older)
@@ -156,7 +159,7 @@ class Checkpointer:
             if note:
                 notes.append(note)
         if self.capture_rng and f"{_RNG}.pt" in manifest["files"]:
-            notes += rng.restore(serialize.load_file(entry.path / f"{_RNG}.pt", manifest["files"][f"{_RNG}.pt"]["serializer"]))
+            notes += rng.restore(self._load(entry.path, manifest, _RNG).state)
         info = CheckpointInfo.from_manifest(entry.path, manifest)
         self._phases = list(info.phases_done)
         self._schedule.resumed(info.step, info.save_seconds)
@@ -171,8 +174,7 @@ class Checkpointer:
         self.resumed = RestoreInfo(
             info.step, info.phase, entry.path, info.phases_done, tuple(skipped), tuple(loaded), missing, values, tuple(notes)
         )
-        check_bytes = max(info.bytes, 0)
-        store.check_room(self.directory, check_bytes, "the next checkpoint")
+        store.check_room(self.directory, info.bytes, "the next checkpoint")
         self._log_restore()
         self._schedule.last_exit = time.monotonic()  # the first step is timed from here, not from __init__
         return info.step
@@ -211,8 +213,12 @@ class Checkpointer:
 
     @property
     def stopping(self) -> bool:
-        """A signal or the deadline asked the run to stop (the loop should end after its save)."""
-        return self._stop_reason is not None or (self._signals is not None and self._signals.received is not None)
+        """The save a signal or the deadline asked for is written: the loop should end now.
+
+        Not already when the signal arrives: one that lands between a skipped ``save()`` and the
+        loop's check would end the run without saving the step it had just finished.
+        """
+        return self._stop_reason is not None
 
     @property
     def seconds_left(self) -> float | None:
@@ -232,8 +238,13 @@ class Checkpointer:
     def _write(self, step: int, phase: str | None, objects: dict[str, Any], reason: str) -> SaveInfo:
         started = time.perf_counter()
         step = _whole_step(step)
-        if phase is not None and (not isinstance(phase, str) or not phase.strip()):
-            raise CheckpointError(f"phase={phase!r}: name the phase this save closes with a string, e.g. phase='pool'.")
+        if phase is not None and (not isinstance(phase, str) or not _NAME.fullmatch(phase)):
+            # The phase names the checkpoint's directory: two names that only differ in characters a
+            # file name cannot hold would share one, and retention would take one phase for the other.
+            raise CheckpointError(
+                f"phase={phase!r}: name the phase this save closes with letters, digits, '_', '-' or '.' "
+                "(at most 100 characters), e.g. phase='pool'."
+            )
         self._check_names(objects)
         captured = {name: state.capture(obj) for name, obj in objects.items()}
         payloads: dict[str, Any] = {name: saved.state for name, saved in captured.items()}
@@ -332,7 +343,7 @@ class Checkpointer:
         # Only what holds tensors is asked for its state: a StatefulDataLoader would start its
         # workers for a state of a few bytes.
         heavy = [obj for obj in objects.values() if state.kind_of(obj) in (state.MODULE, state.STATE_DICT, state.VALUE)
-                 and not state.is_dataloader(obj)]
+                 and not state.is_torch_loader(obj)]
         needed = sum(state.nbytes(state.capture(obj).state) for obj in heavy)
         store.check_room(self.directory, needed, "a checkpoint of these objects")
 

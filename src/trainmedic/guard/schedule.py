@@ -135,67 +135,86 @@ class Schedule:
 class SignalCatcher:
     """Turns SIGTERM/SIGUSR1 into a flag the next ``save()`` call reads.
 
-    Every live catcher is flagged, whichever installed the handler last (two Checkpointers in one
-    process both save). A repeat within REPEAT_WINDOW_S is the same request; a later one acts at
-    once. A watchdog makes sure a run whose loop no longer calls ``save()`` still ends: after
-    ``grace()`` seconds without the stop save starting, the signal is raised again and handled as
-    it would have been without trainmedic.
+    One handler per signal serves every live catcher (two Checkpointers in one process both
+    save): the handler the signal had before the first catcher is kept once and given back when
+    the last catcher of that signal leaves, in whatever order they close. A repeat within
+    REPEAT_WINDOW_S is the same request; a later one acts at once. A watchdog makes sure a run
+    whose loop no longer calls ``save()`` still ends: after ``grace()`` seconds without the stop
+    save starting, the signal is raised again and handled as it would have been without
+    trainmedic.
     """
 
     _live: weakref.WeakSet[SignalCatcher] = weakref.WeakSet()
+    #: The handler each signal had before trainmedic's, while any catcher listens to it.
+    _original: dict[int, Any] = {}
 
     def __init__(self, names: str | tuple[str, ...] | list[str], grace: Callable[[], float] = lambda: 30.0) -> None:
         self.received: int | None = None
         self.saving = False  # set by the Checkpointer when the save the signal asked for starts
         self._first_at = 0.0
         self._grace = grace
-        self._previous: dict[int, Any] = {}
         self.numbers = [_signal_number(name) for name in ([names] if isinstance(names, str) else names)]
         if threading.current_thread() is not threading.main_thread():
             self.installed = False  # Python only lets the main thread install handlers
             return
         for number in self.numbers:
-            self._previous[number] = signal.signal(number, self._handle)
+            if number not in SignalCatcher._original:
+                SignalCatcher._original[number] = signal.signal(number, SignalCatcher._handle)
         self.installed = True
         SignalCatcher._live.add(self)
 
-    def _handle(self, number: int, frame: Any) -> None:
+    @staticmethod
+    def _listening(number: int) -> list[SignalCatcher]:
+        return [c for c in SignalCatcher._live if number in c.numbers and c.installed]
+
+    @staticmethod
+    def _handle(number: int, frame: Any) -> None:
         now = time.monotonic()
-        listening = [c for c in SignalCatcher._live if number in c.numbers and c.installed]
-        if self.received is None:
-            for catcher in listening:
-                if catcher.received is None:
-                    catcher.received, catcher._first_at = number, now
-            grace = max(REPEAT_WINDOW_S, *(c._grace() for c in listening))
-            timer = threading.Timer(grace, self._watchdog, (number,))
+        listening = SignalCatcher._listening(number)
+        fresh = [c for c in listening if c.received is None]
+        if fresh:
+            for catcher in fresh:
+                catcher.received, catcher._first_at = number, now
+            grace = max([REPEAT_WINDOW_S, *(c._grace() for c in listening)])
+            timer = threading.Timer(grace, SignalCatcher._watchdog, (number,))
             timer.daemon = True
             timer.start()
             return
-        if now - self._first_at < REPEAT_WINDOW_S:
+        if listening and now - min(c._first_at for c in listening) < REPEAT_WINDOW_S:
             return
-        # Asked again later: the user or the scheduler means now. Hand the signal to whoever had
-        # it before trainmedic (the default ends the process; the last checkpoint is intact).
+        # Asked again later (or every catcher was collected without closing): the user or the
+        # scheduler means now. Hand the signal to whoever had it before trainmedic (the default
+        # ends the process; the last checkpoint is intact).
+        original = SignalCatcher._original.get(number, signal.SIG_DFL)
         for catcher in listening:
             catcher.uninstall()
-        previous = signal.getsignal(number)
-        if callable(previous):
-            previous(number, frame)
+        if signal.getsignal(number) is SignalCatcher._handle:  # no catcher left to give it back
+            SignalCatcher._give_back(number, original)
+        if callable(original):
+            original(number, frame)
         else:
             signal.raise_signal(number)
 
-    def _watchdog(self, number: int) -> None:
-        if not any(c.saving for c in SignalCatcher._live if number in c.numbers) and self.installed:
+    @staticmethod
+    def _watchdog(number: int) -> None:
+        listening = SignalCatcher._listening(number)
+        if listening and not any(c.saving for c in listening):
             os.kill(os.getpid(), number)  # handled in the main thread as a late repeat: acts at once
+
+    @staticmethod
+    def _give_back(number: int, original: Any) -> None:
+        SignalCatcher._original.pop(number, None)
+        if signal.getsignal(number) is SignalCatcher._handle:  # unless someone replaced ours since
+            signal.signal(number, original if original is not None else signal.SIG_DFL)
 
     def uninstall(self) -> None:
         if not self.installed:
             return
-        for number, previous in self._previous.items():
-            if signal.getsignal(number) == self._handle:
-                signal.signal(number, previous if previous is not None else signal.SIG_DFL)
-        self._previous.clear()
         self.installed = False
         SignalCatcher._live.discard(self)
+        for number in self.numbers:
+            if not SignalCatcher._listening(number):
+                SignalCatcher._give_back(number, SignalCatcher._original.get(number))
 
     @property
     def name(self) -> str:

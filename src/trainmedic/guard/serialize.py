@@ -26,18 +26,25 @@ class HashingWriter:
         self._hash = hashlib.sha256()
         self._pool = pool
         self.bytes = 0
+        #: The file system's own error, kept: torch's C++ writer turns it into a RuntimeError
+        #: ("unexpected pos ..."), which would read as an object that cannot be saved.
+        self.error: OSError | None = None
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        if len(view) >= _PARALLEL_HASH:
-            hashed = self._pool.submit(self._hash.update, view)
-            try:
+        try:
+            if len(view) >= _PARALLEL_HASH:
+                hashed = self._pool.submit(self._hash.update, view)
+                try:
+                    self._handle.write(view)
+                finally:
+                    hashed.result()
+            else:
+                self._hash.update(view)
                 self._handle.write(view)
-            finally:
-                hashed.result()
-        else:
-            self._hash.update(view)
-            self._handle.write(view)
+        except OSError as exc:
+            self.error = exc
+            raise
         self.bytes += len(view)
         return len(view)
 

@@ -99,9 +99,15 @@ def capture(obj: Any) -> Captured:
     return Captured(VALUE, obj)
 
 
-def is_dataloader(obj: Any) -> bool:
+def is_torch_loader(obj: Any) -> bool:
+    """Any torch DataLoader, torchdata's StatefulDataLoader included (torch only looked up if loaded)."""
     torch = _torch()
-    return torch is not None and isinstance(obj, torch.utils.data.DataLoader) and not callable(getattr(obj, "state_dict", None))
+    return torch is not None and isinstance(obj, torch.utils.data.DataLoader)
+
+
+def is_dataloader(obj: Any) -> bool:
+    """A plain DataLoader: one without a state of its own."""
+    return is_torch_loader(obj) and not callable(getattr(obj, "state_dict", None))
 
 
 def type_name(obj: Any) -> str:
@@ -290,8 +296,7 @@ def _settle_dataloader(loader: Any) -> None:
     masks, augmentations). torchdata builds the resumed iterator on state_dict() and reuses it on
     the next iter(), so asking for the state here moves that draw before the RNG restore.
     """
-    torch = _torch()
-    if torch is not None and isinstance(loader, torch.utils.data.DataLoader):
+    if is_torch_loader(loader):
         loader.state_dict()
 
 

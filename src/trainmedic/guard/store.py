@@ -64,7 +64,7 @@ class Written:
 
 
 def entry_name(seq: int, step: int, phase: str | None) -> str:
-    suffix = f"-{re.sub(r'[^A-Za-z0-9_.]+', '_', phase)}" if phase else ""
+    suffix = f"-{re.sub(r'[^A-Za-z0-9_.-]+', '_', phase)}" if phase else ""
     return f"{seq:06d}-step-{step}{suffix}"
 
 
@@ -95,9 +95,11 @@ def write_checkpoint(
                 writer = HashingWriter(handle, pool)
                 try:
                     dump(payload, writer, kind)
-                except OSError:
-                    raise
                 except Exception as exc:
+                    if writer.error is not None:  # the disk, whatever the serializer made of it
+                        raise writer.error from exc
+                    if isinstance(exc, OSError):
+                        raise
                     raise CheckpointError(
                         f"{stem!r} ({type(payload).__name__}) cannot be saved: {type(exc).__name__}: {exc}. Give it "
                         "state_dict()/load_state_dict() methods, or save the plain values it holds instead."
@@ -309,6 +311,11 @@ def clean_leftovers(directory: Path) -> list[Path]:
             path.unlink(missing_ok=True)  # the write probe of a start-up that was killed
         removed.append(path)
     return removed
+
+
+def is_interrupted_save(path: Path) -> bool:
+    """A leftover that held a checkpoint being written (not a write probe, not a deletion)."""
+    return path.name.startswith(_TEMP_PREFIX) and not path.name.startswith(f"{_TEMP_PREFIX}probe.")
 
 
 def _maybe_writing(path: Path) -> bool:

@@ -35,9 +35,10 @@ def test_a_directory_that_cannot_be_created_fails_at_construction(tmp_path):
     assert str(blocker / "ckpt") in str(error.value)
 
 
-def test_a_disk_that_fills_mid_save_raises_and_keeps_the_previous_checkpoint(tmp_path):
+@pytest.mark.parametrize("kind", ["numpy", "torch"])  # pickle, and torch.save's C++ writer
+def test_a_disk_that_fills_mid_save_raises_and_keeps_the_previous_checkpoint(tmp_path, kind):
     directory = tmp_path / "ckpt"
-    child = run_child("diskfull.py", ["--dir", directory, "--when", "save"], tmp_path, "full")
+    child = run_child("diskfull.py", ["--dir", directory, "--when", "save", "--kind", kind], tmp_path, "full")
     assert child.proc.returncode == 0, child.describe()
     report = json.loads(child.stdout)
     assert report["first"] is True and "second" not in report, report

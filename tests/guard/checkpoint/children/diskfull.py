@@ -2,6 +2,7 @@
 EFBIG, as a full disk fails with ENOSPC. Prints a JSON report on stdout.
 
 --when save: the first save fits, the second (8 MB, limit 1 MB) does not.
+--kind torch: the state is a tensor (torch.save, whose C++ writer rewraps the disk's error).
 --when init: the limit is 0 before the Checkpointer is built: its write probe fails.
 """
 
@@ -28,6 +29,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     p.add_argument("--when", choices=("save", "init"), required=True)
+    p.add_argument("--kind", choices=("numpy", "torch"), default="numpy")
     p.add_argument("--progress")
     args = p.parse_args()
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -43,9 +45,14 @@ def main() -> int:
         ckpt = guard.Checkpointer(args.dir, every=1, keep_last=3)
         ckpt.restore(state={})
         report["first"] = ckpt.save(1, state={"w": np.ones(1000)})
+        big = np.ones(1_000_000)
+        if args.kind == "torch":
+            import torch
+
+            big = torch.from_numpy(big)
         limit(1_000_000)
         try:
-            report["second"] = ckpt.save(2, state={"w": np.ones(1_000_000)})
+            report["second"] = ckpt.save(2, state={"w": big})
         except guard.CheckpointError as exc:
             report["error"] = str(exc)
         limit(None)
