@@ -332,6 +332,10 @@ class ModuleContext:
         name = last_name(func)
         return name in STEP_FUNCTION_NAMES
 
+    def callers(self, function: ast.AST) -> list[ast.Call]:
+        """The calls of a function of this module (``train_one_epoch(...)``), found once for all rules."""
+        return self._callers.get(function, [])
+
     def _find_training_loops(self) -> tuple[set[ast.Call], set[ast.AST], set[ast.AST]]:
         calls = self.nodes(ast.Call)
         scope = {call: self.scope_of(call) for call in calls}
@@ -367,7 +371,7 @@ class ModuleContext:
             for callee in callees[function] - step_functions:
                 step_functions.add(callee)
                 pending.append(callee)
-        self._callers, self._call_scope = callers, scope
+        self._callers = callers
         markers = set(direct)
         for function in step_functions:
             markers.update(callers[function])

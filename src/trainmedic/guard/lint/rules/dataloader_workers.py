@@ -222,10 +222,7 @@ def _iterated_every_epoch(context: ModuleContext, loader_call: ast.Call) -> str 
 
 def _called_in_a_loop(context: ModuleContext, function: ast.AST) -> ast.Call | None:
     """The call of ``train_one_epoch()`` in ``for epoch in range(epochs):``."""
-    for call in context.nodes(ast.Call):
-        if function in context.calls_local_function(call) and next(context.enclosing_loops(call), None) is not None:
-            return call
-    return None
+    return next((call for call in context.callers(function) if next(context.enclosing_loops(call), None) is not None), None)
 
 
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:

@@ -99,7 +99,7 @@ _BINDINGS = (
 )
 
 
-def _varying(context: ModuleContext, region: list[ast.AST], seeds: set[str]) -> set[str]:
+def _varying(context: ModuleContext, region: tuple[ast.AST, ...], seeds: set[str]) -> set[str]:
     """Names that may differ between two runs of ``region``: the seeds (the sample index, the
     loop variables) and what is assigned from them or from a call we cannot see through."""
     readers: dict[str, list[set[str]]] = {}
@@ -133,17 +133,14 @@ class _Memo:
 
     def __init__(self, context: ModuleContext) -> None:
         self.context = context
-        self._regions: dict[ast.AST, list[ast.AST]] = {}
         self._varying: dict[tuple[ast.AST, frozenset[str]], set[str]] = {}
         self._handles: dict[ast.AST, set[str]] = {}
         self._exits: dict[ast.AST, set[str]] = {}
         self._repeated: dict[ast.AST, bool] = {}
         self._yielding: dict[ast.AST, set[ast.AST | None]] = {}
 
-    def region(self, owner: ast.AST) -> list[ast.AST]:
-        if owner not in self._regions:
-            self._regions[owner] = list(self.context.walk_scope(owner))
-        return self._regions[owner]
+    def region(self, owner: ast.AST) -> tuple[ast.AST, ...]:
+        return self.context.walk_scope(owner)  # cached by the context
 
     def varying(self, owner: ast.AST, seeds: set[str]) -> set[str]:
         key = (owner, frozenset(seeds))
@@ -282,11 +279,7 @@ def _repeated(context: ModuleContext, function: ast.AST) -> bool:
     called from a loop (a test or a smoke run that does one backward pass is not)."""
     if function.name in STEP_FUNCTION_NAMES or function in context.per_step_callers:  # type: ignore[attr-defined]
         return True
-    return any(
-        function in context.calls_local_function(call)
-        and next(context.enclosing_loops(call), None) is not None
-        for call in context.nodes(ast.Call)
-    )
+    return any(next(context.enclosing_loops(call), None) is not None for call in context.callers(function))
 
 
 def _findings(memo: _Memo, factories: set[str]) -> Iterator[tuple[ast.Call, str, str, set[str]]]:
