@@ -224,3 +224,9 @@ def test_stopping_waits_for_the_save_the_signal_asked_for(tmp_path):
         assert ckpt.latest().step == 3
     finally:
         ckpt.close()
+
+
+def test_a_checkpointer_dropped_without_close_gives_its_signal_handlers_back(tmp_path):
+    before = signal.getsignal(signal.SIGUSR1)
+    guard.Checkpointer(tmp_path / "ck", signals=("SIGUSR1",)).restore(state={})
+    assert signal.getsignal(signal.SIGUSR1) == before

@@ -83,7 +83,10 @@ class Checkpointer:
         self._bad: set[Path] = set()  # checkpoints restore found corrupt: dropped once a newer one is written
         # After a signal the loop has about three steps and a save to reach save(); then the signal
         # does what it would have done without trainmedic.
-        grace = lambda: 3 * self._schedule.step_seconds + 1.5 * self._schedule.save_seconds  # noqa: E731
+        # (The schedule, not self: a Checkpointer dropped without close() is freed at once, and its
+        # signal handler given back with it.)
+        schedule = self._schedule
+        grace = lambda: 3 * schedule.step_seconds + 1.5 * schedule.save_seconds  # noqa: E731
         self._signals = SignalCatcher(signals, grace) if signals else None
         if self._preflight:
             self._preflight.emit("init", directory=str(self.given_directory), path=str(self.directory))

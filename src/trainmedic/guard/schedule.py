@@ -162,6 +162,7 @@ class SignalCatcher:
                 SignalCatcher._original[number] = signal.signal(number, SignalCatcher._handle)
         self.installed = True
         SignalCatcher._live.add(self)
+        weakref.finalize(self, SignalCatcher._release, tuple(self.numbers))
 
     @staticmethod
     def _listening(number: int) -> list[SignalCatcher]:
@@ -206,6 +207,15 @@ class SignalCatcher:
         SignalCatcher._original.pop(number, None)
         if signal.getsignal(number) is SignalCatcher._handle:  # unless someone replaced ours since
             signal.signal(number, original if original is not None else signal.SIG_DFL)
+
+    @staticmethod
+    def _release(numbers: tuple[int, ...]) -> None:
+        """A catcher freed without uninstall(): give back the signals no live catcher listens to."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # handlers can only change there; ours passes an unheard signal on meanwhile
+        for number in numbers:
+            if not SignalCatcher._listening(number):
+                SignalCatcher._give_back(number, SignalCatcher._original.get(number))
 
     def uninstall(self) -> None:
         if not self.installed:
