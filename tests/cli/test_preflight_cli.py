@@ -79,6 +79,26 @@ def _time(stdout: str, name: str) -> str:
     return row.split()[-2] + " " + row.split()[-1]
 
 
+def test_the_header_and_json_name_pyproject_only_for_the_declared_experiments_that_ran(tm):
+    tm.script("train.py", TRAIN)
+    tm.script("pyproject.toml", PYPROJECT)
+    result = tm("preflight", "-c", "python train.py --dataset 2d", "--json", "r.json")
+    assert result.returncode == 0, result.stderr
+    assert text(result.stdout).splitlines()[0] == "Preflight: 1 experiment from the command line, run tiny on the CPU"
+    report = tm.report("r.json")
+    assert report["pyproject"] is None
+    assert [e["from_command_line"] for e in report["experiments"]] == [True]
+
+    result = tm("preflight", "toy2d", "-c", "python train.py --dataset 2d", "--json", "r.json")
+    assert result.returncode == 0, result.stderr
+    assert text(result.stdout).splitlines()[0] == (
+        "Preflight: 2 experiments, 1 from pyproject.toml and 1 from the command line, run tiny on the CPU"
+    )
+    report = tm.report("r.json")
+    assert report["pyproject"] == str(tm.cwd.resolve() / "pyproject.toml")
+    assert [e["from_command_line"] for e in report["experiments"]] == [False, True]
+
+
 def test_a_failure_exits_1_with_the_users_line_and_the_json_report(tm):
     tm.script("train.py", TRAIN)
     tm.script("pyproject.toml", PYPROJECT)

@@ -20,7 +20,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from trainmedic.cli.output import output_problem
+from trainmedic.cli.output import USAGE, output_problem
 from trainmedic.errors import PreflightError
 from trainmedic.guard.preflight import (
     ExperimentResult,
@@ -33,7 +33,7 @@ from trainmedic.guard.preflight.estimate import format_budget
 from trainmedic.guard.preflight.frames import Where, shown_path
 from trainmedic.units import format_bytes, format_duration
 
-PASSED, PROBLEMS, USAGE = 0, 1, 2
+PASSED, PROBLEMS = 0, 1
 
 _VERDICT_TEXT = {
     "passed": ("passed", "green"),
@@ -141,11 +141,9 @@ def _error(err: Console, message: str) -> None:
 
 def render_report(report: PreflightReport, console: Console) -> None:
     """The table, the details, the summary: exact text, stable for a given report."""
-    count = len(report.experiments)
-    source = "pyproject.toml" if report.pyproject else "the command line"
     header = Text()
     header.append("Preflight", style="bold")
-    header.append(f": {count} experiment{'s' if count != 1 else ''} from {source}, run tiny on the CPU")
+    header.append(f": {_source(report)}, run tiny on the CPU")
     # A long path goes on its own line, printed whole (soft wrap): a terminal may fold it, rich won't.
     console.print(header)
     console.print(Text(f"project: {report.root}", style="dim"), soft_wrap=True)
@@ -159,6 +157,18 @@ def render_report(report: PreflightReport, console: Console) -> None:
         parts += [Text(f"note: {note}", style="dim") for note in report.notes]
     parts += [Text(""), _summary(report)]
     console.print(Group(*parts))
+
+
+def _source(report: PreflightReport) -> str:
+    """``2 experiments from pyproject.toml``: where the experiments that ran came from, told per
+    experiment (a pyproject found on the way says nothing when only --command ones ran)."""
+    count = len(report.experiments)
+    given = sum(r.from_command_line for r in report.experiments)
+    declared = 0 if report.pyproject is None else count - given  # no pyproject: nothing was declared
+    head = f"{count} experiment{'s' if count != 1 else ''}"
+    if declared and declared < count:
+        return f"{head}, {declared} from pyproject.toml and {count - declared} from the command line"
+    return f"{head} from {'pyproject.toml' if declared else 'the command line'}"
 
 
 def _table(report: PreflightReport) -> Table:

@@ -6,11 +6,34 @@ import importlib
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from trainmedic.errors import PlanError
 
 DEFAULT_FUNCTION = "build"
+
+
+class BuildSpec(NamedTuple):
+    """A spec taken apart: what to import, the function in it, and whether that is a file."""
+
+    target: str
+    function: str
+    is_file: bool
+
+
+def split_spec(spec: str) -> BuildSpec:
+    """``model.py:build`` -> ``("model.py", "build", True)``; ``pkg.nets`` -> ``("pkg.nets", "build", False)``.
+
+    The one reading of a spec, shared with preflight's plan child (which sets ``sys.argv`` to the
+    file and names the function in its errors). No function means ``build``; the colon of a
+    Windows drive (``C:\\m.py``) is no separator. A target ending in .py or holding a path
+    separator is a file; anything else a module.
+    """
+    if not spec or not spec.strip():
+        raise PlanError("no build function given; expected PATH.py:FUNCTION or package.module:FUNCTION, e.g. model.py:build.")
+    target, _, function = spec.rpartition(":") if ":" in spec.replace(":\\", "") else (spec, "", "")
+    is_file = target.endswith((".py", ".pyw")) or "/" in target or "\\" in target
+    return BuildSpec(target, function or DEFAULT_FUNCTION, is_file)
 
 
 def load_build(spec: str) -> Callable[[int], Any]:
@@ -19,11 +42,8 @@ def load_build(spec: str) -> Callable[[int], Any]:
     ``model.py`` alone means ``model.py:build``. A file is imported with its own folder first on
     ``sys.path``, as ``python model.py`` would, so its sibling imports work.
     """
-    if not spec or not spec.strip():
-        raise PlanError("no build function given; expected PATH.py:FUNCTION or package.module:FUNCTION, e.g. model.py:build.")
-    target, _, function = spec.rpartition(":") if ":" in spec.replace(":\\", "") else (spec, "", DEFAULT_FUNCTION)
-    function = function or DEFAULT_FUNCTION
-    module = _import_file(Path(target)) if target.endswith((".py", ".pyw")) or "/" in target or "\\" in target else _import_module(target)
+    target, function, is_file = split_spec(spec)
+    module = _import_file(Path(target)) if is_file else _import_module(target)
     build = getattr(module, function, None)
     if build is None:
         names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__)

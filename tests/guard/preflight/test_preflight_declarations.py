@@ -85,6 +85,20 @@ def test_commands_alone_skip_the_declared_ones_and_names_add_them(project):
     assert [e.name for e in project.settings("toy2d", commands=("python b.py",)).experiments] == ["toy2d", "python b.py"]
 
 
+def test_the_pyproject_is_the_source_only_when_a_declared_experiment_runs(project):
+    # A pyproject with experiments, but only --command ones chosen: the report must not say
+    # they came from pyproject.toml.
+    path = project.pyproject(FULL).resolve()
+    alone = project.settings(commands=("python b.py",))
+    assert alone.pyproject is None and alone.root == project.root.resolve()
+    assert [e.from_command_line for e in alone.experiments] == [True]
+    both = project.settings("toy2d", commands=("python b.py",))
+    assert both.pyproject == path
+    assert [e.from_command_line for e in both.experiments] == [False, True]
+    declared = project.settings()
+    assert declared.pyproject == path and not any(e.from_command_line for e in declared.experiments)
+
+
 @pytest.mark.parametrize(
     "table, expected",
     [

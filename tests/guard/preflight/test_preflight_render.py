@@ -151,3 +151,14 @@ def test_one_passing_command():
         "\n"
         "The experiment passed.\n"
     )
+
+
+def test_the_header_counts_declared_and_command_line_experiments_apart():
+    declared = ExperimentResult("toy", "python t.py", 120.0, "passed", 0.25, 0)
+    given = ExperimentResult("python u.py", "python u.py", 120.0, "passed", 0.25, 0, from_command_line=True)
+    both = render(PreflightReport(ROOT, ROOT / "pyproject.toml", None, None, True, [declared, given]))
+    assert both.splitlines()[0] == (
+        "Preflight: 2 experiments, 1 from pyproject.toml and 1 from the command line, run tiny on the CPU"
+    )
+    alone = render(PreflightReport(ROOT, None, None, None, True, [given]))
+    assert alone.splitlines()[0] == "Preflight: 1 experiment from the command line, run tiny on the CPU"

@@ -46,10 +46,9 @@ def _join(prefix: str, key: object) -> str:
 class _FileRecord:
     """What happened to one config file: its keys as loaded, and every read and write."""
 
-    __slots__ = ("path", "keys", "read", "sets", "copied")
+    __slots__ = ("keys", "read", "sets", "copied")
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self) -> None:
         self.keys: dict[str, str] = {}  # leaf path -> repr as loaded
         self.read: set[str] = set()
         # path -> [old repr | None (missing), new repr | None (deleted), op, writes, read_before, read_after]

@@ -268,7 +268,7 @@ class ConfigTracker:
             return result
         if rel is None:
             return result
-        rec = self._records.get(rel) or _FileRecord(rel)
+        rec = self._records.get(rel) or _FileRecord()
         try:
             wrapped = wrap(result, rec, "", {}, [MAX_NODES])
         except (_TooBig, RecursionError):

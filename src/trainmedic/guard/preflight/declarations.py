@@ -59,6 +59,8 @@ class Experiment:
     #: relative to it) or the table's ``cwd`` under it for declared ones, the folder the user
     #: typed --command in for the others. None: the project root.
     cwd: Path | None = None
+    #: Given with --command rather than declared in pyproject.toml: the report says where each came from.
+    from_command_line: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Settings:
     """Everything one ``trainmedic preflight`` needs: the project, its experiments, the targets."""
 
     root: Path
+    #: The pyproject.toml the chosen experiments were declared in; None when only --command ones run
+    #: (a pyproject found on the way still gives the root and the defaults, but no experiment).
     pyproject: Path | None
     experiments: tuple[Experiment, ...]
     device: str | None = None
@@ -141,7 +145,8 @@ def load_settings(overrides: Overrides, cwd: Path | None = None) -> Settings:
         raise PreflightError(
             f"[{TABLE}.experiments] in {pyproject} is empty; add one, e.g. toy = \"python train.py --steps 5\""
         )
-    return Settings(root, pyproject if table else None, tuple(chosen), device, session_limit, resume_check)
+    declared_run = any(not e.from_command_line for e in chosen)
+    return Settings(root, pyproject if declared_run else None, tuple(chosen), device, session_limit, resume_check)
 
 
 def _preflight_table(pyproject: Path) -> dict[str, Any] | None:
@@ -231,7 +236,7 @@ def _ad_hoc(commands: tuple[str, ...], budget: float, taken: set[str], cwd: Path
         while name in taken:  # the same command twice: both run, told apart in the table
             name, n = f"{text} ({n})", n + 1
         taken.add(name)
-        out.append(Experiment(name, text, budget, cwd=cwd))
+        out.append(Experiment(name, text, budget, cwd=cwd, from_command_line=True))
     return out
 
 

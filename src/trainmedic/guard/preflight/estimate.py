@@ -7,12 +7,13 @@ that, never passed off as the GPU's.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
+from typing import Iterable
 
 from trainmedic.guard.preflight.declarations import Experiment
+from trainmedic.guard.preflight.events import Save
 from trainmedic.guard.preflight.model import SessionEstimate
 from trainmedic.units import format_duration, format_seconds
 
@@ -21,7 +22,7 @@ from trainmedic.units import format_duration, format_seconds
 SESSION_MARGIN = 15 * 60.0
 
 
-def cpu_step_time(timeline: Path, events: Path | None = None) -> float | None:
+def cpu_step_time(timeline: Path, saves: Iterable[Save] = ()) -> float | None:
     """Median seconds per optimizer step of the tiny run, save time taken out; None below 3 steps.
 
     The first interval (lazy init, first allocations) is dropped; the median ignores the odd slow
@@ -46,28 +47,12 @@ def cpu_step_time(timeline: Path, events: Path | None = None) -> float | None:
     times = max(steps.values(), key=len)  # the main optimizer: it steps most often
     if len(times) < 3:
         return None
-    saves = _save_spans(events) if events is not None else []
+    spans = [(s.started, s.ended) for s in saves if s.started is not None and s.ended is not None]
     intervals = []
     for start, end in zip(times[1:], times[2:]):
-        in_saves = sum(min(end, b) - max(start, a) for a, b in saves if a < end and b > start)
+        in_saves = sum(min(end, b) - max(start, a) for a, b in spans if a < end and b > start)
         intervals.append(max(end - start - in_saves, 0.0))
     return statistics.median(intervals)
-
-
-def _save_spans(events: Path) -> list[tuple[float, float]]:
-    spans = []
-    try:
-        lines = events.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        try:
-            event = json.loads(line)
-            if event.get("event") == "save":
-                spans.append((float(event["started"]), float(event["ended"])))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
-    return spans
 
 
 def session_estimate(experiment: Experiment, session_limit: float | None, cpu_step: float | None) -> SessionEstimate | None:

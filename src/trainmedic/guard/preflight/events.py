@@ -44,10 +44,11 @@ class EventReader:
 @dataclass
 class Save:
     step: int
-    phase: str | None
     digests: dict[str, str]
-    seconds: float | None = None
-    bytes: int | None = None
+    #: When the save began and ended, on the monotonic clock the step timeline uses: the CPU step
+    #: time leaves it out. None when the event did not say.
+    started: float | None = None
+    ended: float | None = None
 
 
 @dataclass
@@ -81,7 +82,11 @@ def read_events(path: Path, offset: int = 0) -> Events:
         elif kind == "save" and isinstance(event.get("step"), int):
             digests = event.get("digests") if isinstance(event.get("digests"), dict) else {}
             events.saves.append(
-                Save(event["step"], event.get("phase"), {str(k): str(v) for k, v in digests.items()},
-                     event.get("seconds"), event.get("bytes"))
+                Save(event["step"], {str(k): str(v) for k, v in digests.items()},
+                     _seconds(event.get("started")), _seconds(event.get("ended")))
             )
     return events
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from trainmedic.guard.preflight import child
 from trainmedic.guard.preflight.frames import (
+    Frame,
     UserFiles,
     Where,
     innermost_user,
@@ -42,9 +43,16 @@ def describe_failure(run: RunOutcome, user: UserFiles, cwd: Path) -> tuple[str, 
     return error, where
 
 
+def stuck_frames(run: RunOutcome, user: UserFiles) -> list[Frame]:
+    """The main thread's frames (outermost first) of a run still going at the end of its budget,
+    from its SIGUSR2 dumps; [] when no dump came back."""
+    return main_thread_frames(read_text(run.file(child.STACK)), read_text(run.file(child.FAULTHANDLER)), user)
+
+
 def stuck_at(run: RunOutcome, user: UserFiles) -> Where | None:
-    """Where a run still going at the end of its budget was, from its SIGUSR2 dumps."""
-    frames = main_thread_frames(read_text(run.file(child.STACK)), read_text(run.file(child.FAULTHANDLER)), user)
+    """Where an experiment's run was stuck: the user's innermost frame, else the innermost of all
+    (a command that is a library's own entry point, ``python -m pkg``, has no frame of the user's)."""
+    frames = stuck_frames(run, user)
     frame = innermost_user(frames, user) or (frames[-1] if frames else None)
     return stuck_where(frame) if frame else None
 

@@ -16,8 +16,16 @@ from pathlib import Path
 from trainmedic.guard.preflight import child
 from trainmedic.guard.preflight.declarations import Experiment
 from trainmedic.guard.preflight.estimate import format_budget
-from trainmedic.guard.preflight.failures import describe_failure, last_line, stuck_at
-from trainmedic.guard.preflight.frames import Frame, UserFiles, Where, shown_path, with_source
+from trainmedic.guard.preflight.failures import describe_failure, last_line, stuck_frames
+from trainmedic.guard.preflight.frames import (
+    Frame,
+    UserFiles,
+    Where,
+    innermost_user,
+    shown_path,
+    stuck_where,
+    with_source,
+)
 from trainmedic.guard.preflight.model import PlanCheck
 from trainmedic.guard.preflight.process import RunOutcome, read_json, run_child
 
@@ -77,7 +85,17 @@ def _error(run: RunOutcome, result: dict | None, root: Path, budget: float) -> s
         tail = f"; its last output: {said}" if said and " exited with code " in result["error"] else ""
         return result["error"] + _at(where, root) + tail
     if run.stuck:
-        return f"the plan was still running after its {format_budget(budget)} budget{_at(stuck_at(run, user), root)}"
+        head = f"the plan was still running after its {format_budget(budget)} budget"
+        frames = stuck_frames(run, user)
+        frame = innermost_user(frames, user)
+        if frame is not None:
+            return head + _at(stuck_where(frame), root)
+        if frames:
+            # None of the project's frames on the stack: the plan's own work (importing torch,
+            # tracing the step). Naming that library line would pass it off as the user's hang.
+            return (f"{head}, outside the project's code (in trainmedic or a library, e.g. still importing torch); "
+                    "if it only needs more time, raise the experiment's budget")
+        return head
     error, where = describe_failure(run, user, root)
     return f"the plan's process ended before planning: {error}{_at(where, root)}"
 

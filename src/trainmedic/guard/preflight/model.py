@@ -12,9 +12,6 @@ from trainmedic.guard.preflight.frames import Where
 
 SCHEMA = "trainmedic.preflight/1"
 
-#: Verdicts, worst first: the table shows the worst thing found per experiment.
-VERDICTS = ("failed", "stuck", "resume_failed", "resume_diverged", "does_not_fit", "passed")
-
 #: Resume-check states that are a finding (exit code 1), and the verdict each gives; the other
 #: states explain why the resume could not be judged.
 RESUME_VERDICTS = {"not_restored": "resume_failed", "resume_failed": "resume_failed", "diverged": "resume_diverged"}
@@ -122,6 +119,8 @@ class ExperimentResult:
     plan: PlanCheck | None = None
     session: SessionEstimate | None = None
     notes: list[str] = field(default_factory=list)
+    #: Given with --command, not declared in pyproject.toml (Experiment.from_command_line).
+    from_command_line: bool = False
 
     @property
     def verdict(self) -> str:
@@ -137,6 +136,7 @@ class ExperimentResult:
         return {
             "name": self.name,
             "command": self.command,
+            "from_command_line": self.from_command_line,
             "verdict": self.verdict,
             "status": self.status,
             "seconds": round(self.seconds, 3),
@@ -161,6 +161,7 @@ class ExperimentResult:
 @dataclass
 class PreflightReport:
     root: Path
+    #: Where the declared experiments of this run came from; None when all were given with --command.
     pyproject: Path | None
     device: str | None
     session_limit: float | None

@@ -16,44 +16,40 @@ stdout (the user's module may print): ``{"plan": Plan.to_dict()}`` or ``{"error"
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
 
+from trainmedic._os import write_text_atomically
+
 
 def main(argv: list[str]) -> int:
     spec, batch, device, precision, result = argv
-    root = Path.cwd()
-    outcome = _plan(spec, int(batch), device, precision, root)
-    tmp = f"{result}.tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(outcome, out)
-    os.replace(tmp, result)
+    outcome = _plan(spec, int(batch), device, precision, Path.cwd())
+    write_text_atomically(Path(result), json.dumps(outcome))
     return 0
 
 
 def _plan(spec: str, batch: int, device: str, precision: str, root: Path) -> dict:
-    target, sep, function = spec.rpartition(":")
-    if not sep:
-        target, function = spec, ""
-    is_file = target.endswith((".py", ".pyw")) or "/" in target or "\\" in target
-    if is_file:
-        path = Path(target) if Path(target).is_absolute() else root / target
-        spec = f"{path}:{function}" if function else str(path)
-        sys.argv = [str(path)]
-    else:  # package.module:build from the project, as `python -m` would find it
-        sys.path.insert(0, str(root))
-        sys.argv = [target]
-    what = f"importing {target}"
+    what = "importing torch and trainmedic's planner"
     try:
         from trainmedic.errors import DeviceError, MissingExtraError, PlanError
 
         try:
             from trainmedic.plan import load_build, plan_memory
+            from trainmedic.plan.spec import split_spec
 
+            target, function, is_file = split_spec(spec)
+            if is_file:
+                path = Path(target) if Path(target).is_absolute() else root / target
+                spec = f"{path}:{function}"
+                sys.argv = [str(path)]
+            else:  # package.module:build from the project, as `python -m` would find it
+                sys.path.insert(0, str(root))
+                sys.argv = [target]
+            what = f"importing {target}"
             build = load_build(spec)
-            what = f"{spec.rpartition(':')[2] or 'build'}({batch})"
+            what = f"{function}({batch})"
             plan = plan_memory(build, batch, device=device, precision=precision)
         except (MissingExtraError, PlanError, DeviceError) as exc:
             return {"error": str(exc), "frame": None}
@@ -68,11 +64,11 @@ def _plan(spec: str, batch: int, device: str, precision: str, root: Path) -> dic
 
 def _user_frame(exc: BaseException, root: Path) -> dict | None:
     """The innermost frame in a file of the project (not trainmedic's own, not a library's)."""
-    from trainmedic.guard.preflight.frames import UserFiles
+    from trainmedic.guard.preflight.frames import Frame, UserFiles, innermost_user
 
-    user = UserFiles([root])
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in user]
-    return {"path": frames[-1].filename, "line": frames[-1].lineno} if frames else None
+    frames = [Frame(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+    frame = innermost_user(frames, UserFiles([root]))
+    return {"path": frame.path, "line": frame.line} if frame else None
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ TAIL_BYTES = 64 * 1024
 @dataclass
 class RunOutcome:
     directory: Path
-    argv: list[str]
     returncode: int | None  # None: stuck, killed by us, or never started
     seconds: float
     stuck: bool = False
@@ -56,7 +55,7 @@ def run_child(
     """Run ``argv`` until it exits, its budget ends, or (with ``kill_after_save``) it saves that step."""
     directory.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    outcome = RunOutcome(directory, argv, None, 0.0)
+    outcome = RunOutcome(directory, None, 0.0)
     proc = None
     with open(directory / child.STDOUT, "wb") as out, open(directory / child.STDERR, "wb") as err:
         try:

@@ -61,7 +61,8 @@ def _run_experiment(experiment: Experiment, settings: Settings, workdir: Path, s
     say(f"running (budget {format_budget(experiment.budget)})")
     run = run_child(argv, cwd, env_for(workdir / "run"), workdir / "run", experiment.budget)
     result = ExperimentResult(experiment.name, experiment.command, experiment.budget, "passed", run.seconds,
-                              run.returncode, stdout=run.stdout, stderr=run.stderr)
+                              run.returncode, stdout=run.stdout, stderr=run.stderr,
+                              from_command_line=experiment.from_command_line)
     if run.stuck:
         result.status = "stuck"
         result.where = stuck_at(run, user)
@@ -72,9 +73,8 @@ def _run_experiment(experiment: Experiment, settings: Settings, workdir: Path, s
         result.error, result.where = describe(run)
     _configs(result, run, argv)
     _site_errors(result, run)
-    result.cpu_step_time = cpu_step_time(run.file(child.TIMELINE), run.file(child.EVENTS))
-
     events = read_events(run.file(child.EVENTS))
+    result.cpu_step_time = cpu_step_time(run.file(child.TIMELINE), events.saves)
     result.uses_checkpointer = events.uses_checkpointer
     if events.uses_checkpointer:
         if not settings.resume_check:
