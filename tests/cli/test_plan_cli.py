@@ -57,7 +57,8 @@ def t4_plan(where: str, **changes) -> Plan:
         "bytes_per_sample": 150 * MiB,
         "hotspots": [
             Hotspot("softmax in attn", f"{where}:6", 4 * GiB, "B·H·S²·bytes = 64·4·6272²·2 = 18.8 GiB", "pool before attention"),
-            Hotspot("mm", f"<backward of {where}:5>", GiB, "B·S·D·bytes = 64·6272·1024·2 = 784.0 MiB", "recompute it"),
+            # A backward op as the planner reports it: named so, at the forward line it differentiates.
+            Hotspot("mm (backward)", f"{where}:5", GiB, "B·S·D·bytes = 64·6272·1024·2 = 784.0 MiB", "recompute it"),
             Hotspot("_foreach_sqrt", "<unknown>:0", 400 * MiB, "P·bytes = 104857600·4 = 400.0 MiB", ""),
         ],
         "notes": ["Adam planned with foreach=True, its default on CUDA"],
@@ -98,7 +99,7 @@ Hotspots: the largest tensors alive at the peak
               B·H·S²·bytes = 64·4·6272²·2 = 18.8 GiB
               6 | scores = torch.randn(batch_size, 4, 6272, 6272)
               -> pool before attention
-     1.0 GiB  mm at model.py:5 (its backward)
+     1.0 GiB  mm (backward) at model.py:5
               B·S·D·bytes = 64·6272·1024·2 = 784.0 MiB
               5 | model = torch.nn.TransformerEncoderLayer(256, 4, batch_first=True)
               -> recompute it

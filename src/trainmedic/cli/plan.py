@@ -22,6 +22,7 @@ from rich.text import Text
 from trainmedic.cli.output import output_problem
 from trainmedic.devices import DEVICES, get_device, known_devices
 from trainmedic.errors import DeviceError, MissingExtraError, PlanError
+from trainmedic.probe.frames import display_path
 from trainmedic.units import format_bytes
 
 if TYPE_CHECKING:
@@ -36,8 +37,8 @@ EXAMPLE_DEVICES = ("t4", "rtx3090", "rtx4090", "a100-80gb", "h100")
 #: What --precision takes; the planner's own table, repeated so that a typo fails before torch loads.
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
-# "file:line" or "<backward of file:line>", as the tracker writes them.
-_WHERE = re.compile(r"^(?:<backward of )?(?P<file>.+):(?P<line>\d+)>?$")
+# "file:line", as the planner writes a hotspot's place.
+_WHERE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
 
 @dataclass(frozen=True)
@@ -220,10 +221,8 @@ def _hotspot(hotspot: Hotspot) -> Padding:
     if location is None:
         body.append(" (no line of yours: inside a library call)")
     else:
-        backward, path, line = location
-        body.append(f" at {_shown_path(path)}:{line}")
-        if backward and "backward" not in hotspot.op:
-            body.append(" (its backward)")
+        path, line = location
+        body.append(f" at {display_path(path)}:{line}")  # a Plan built elsewhere may carry full paths
     body.append(f"\n{hotspot.formula}")
     source = _source_line(location)
     if source:
@@ -237,28 +236,19 @@ def _hotspot(hotspot: Hotspot) -> Padding:
     return Padding(grid, (0, 0, 0, 2))
 
 
-def _location(where: str) -> tuple[bool, str, int] | None:
-    """``(in_backward, path, line)`` of a hotspot's ``where``; None when no user line is known."""
+def _location(where: str) -> tuple[str, int] | None:
+    """``(path, line)`` of a hotspot's ``where``; None when no user line is known."""
     match = _WHERE.match(where or "")
     if match is None or match["file"].startswith("<") or int(match["line"]) < 1:
         return None
-    return where.startswith("<backward of "), match["file"], int(match["line"])
+    return match["file"], int(match["line"])
 
 
-def _shown_path(path: str) -> str:
-    """The path relative to the working folder when it lies inside it, as a user would type it."""
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:  # another drive on Windows
-        return path
-    return path if relative.startswith("..") else relative
-
-
-def _source_line(location: tuple[bool, str, int] | None) -> str:
+def _source_line(location: tuple[str, int] | None) -> str:
     """``6 | x = torch.randn(batch_size, 256)`` when the file is there to read, else ``""``."""
-    if location is None or not os.path.isfile(location[1]):
+    if location is None or not os.path.isfile(location[0]):
         return ""
-    _, path, number = location
+    path, number = location
     line = linecache.getline(path, number).strip()
     return f"{number} | {line}" if line else ""
 

@@ -9,12 +9,12 @@ pairwise tensor (``N·M·D``), anything else is its dimensions with the batch na
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
 
 from trainmedic.plan.hotspot_advice import advise
 from trainmedic.plan.model import Hotspot
 from trainmedic.plan.tracker import Allocation
+from trainmedic.probe.frames import display_path
 from trainmedic.units import format_bytes
 
 #: A hotspot must hold at least this share of the peak to be listed.
@@ -54,8 +54,7 @@ def find_hotspots(live_at_peak: dict[int, int], allocations: dict[int, Allocatio
             formula = f"{count} × {formula}"
         if count * representative.nbytes < 0.9 * total:
             formula = f"{formula}; {format_bytes(total)} at this line in all"
-        hotspots.append(Hotspot(_ops(members), _short(where) if not where.startswith("<") else "<unknown>:0", total, formula,
-                                advise(kind, representative, batch_size, total), representative.shape, representative.dtype))
+        hotspots.append(Hotspot(_ops(members), _shown(where), total, formula, advise(kind, representative, batch_size, total)))
     return hotspots
 
 
@@ -112,13 +111,9 @@ def _render(symbols: list[str], numbers: list[str], itemsize: int, nbytes: int) 
     return f"{symbolic} = {numeric} = {format_bytes(nbytes)}"
 
 
-def _short(where: str) -> str:
-    if not where:
+def _shown(where: str) -> str:
+    """``model.py:12`` as the user reads it (relative under the working folder), for the CLI and the JSON alike."""
+    if not where or where.startswith("<"):
         return "<unknown>:0"
     path, _, line = where.rpartition(":")
-    try:
-        rel = os.path.relpath(path)
-        path = rel if not rel.startswith("..") else path
-    except ValueError:
-        pass
-    return f"{path}:{line}"
+    return f"{display_path(path)}:{line}"

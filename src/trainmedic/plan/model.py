@@ -24,12 +24,12 @@ class Hotspot:
     """One place in the user's code that holds a large share of the peak."""
 
     op: str
-    where: str  # "file:line" in the user's code, or "<backward of file:line>"
+    #: "file:line" of the user's code (a backward op is charged to the forward line it
+    #: differentiates), or "<unknown>:0" when no line of the user's made it.
+    where: str
     bytes: int
     formula: str  # closed form with the numbers filled in: "B·H·S²·bytes = 64·4·6272²·4"
     advice: str
-    shape: tuple[int, ...] = ()
-    dtype: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "where": self.where, "bytes": self.bytes, "formula": self.formula, "advice": self.advice}

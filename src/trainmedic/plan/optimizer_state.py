@@ -24,8 +24,9 @@ _SLOTS: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "Rprop": (2, ()),
     "ASGD": (1, ()),
 }
-#: Optimizers that keep a scalar ``step`` tensor per parameter (on the host unless capturable/fused).
-_STEP_COUNTERS = {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adadelta", "Adagrad", "RMSprop", "Rprop", "ASGD"}
+#: Optimizers that keep a scalar ``step`` tensor per parameter (on the host unless capturable/fused):
+#: every one in the table but SGD.
+_STEP_COUNTERS = set(_SLOTS) - {"SGD"}
 
 
 def state_slots(optimizer: torch.optim.Optimizer) -> int | None:

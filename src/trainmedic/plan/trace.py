@@ -23,13 +23,12 @@ from trainmedic.plan.allocator import round_size
 from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
 from trainmedic.plan.target import GpuSide, SdpaAsOnTarget, use_foreach
 from trainmedic.plan.tracker import (
-    _TORCH_DIR,
     Allocation,
     CudaToCpu,
     GradFnLabeller,
     StorageTracker,
+    is_user_code,
     modules_stay_on_cpu,
-    user_frame_where,
 )
 
 PRECISIONS = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -63,9 +62,10 @@ class Trace:
 
 
 def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, precision: str = "fp32") -> Trace:
-    """Run ``build(batch_size)`` and a full training step on fake tensors; record every storage."""
-    if precision not in PRECISIONS:
-        raise PlanError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}; e.g. --precision bf16 for mixed precision.")
+    """Run ``build(batch_size)`` and a full training step on fake tensors; record every storage.
+
+    ``precision`` is a key of ``PRECISIONS``: ``plan_memory`` checks it before any trace.
+    """
     gpu = GpuSide(device) if device.is_gpu else None
     tracker = StorageTracker(on_op=gpu)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
@@ -230,14 +230,15 @@ def _module_stack(tracker: StorageTracker, model: torch.nn.Module):
 
 
 def _module_line(tracker: StorageTracker, module: torch.nn.Module) -> str:
-    """The user's line for a module: where its first parameter was made, else its forward."""
+    """The user's line for a module: where its first parameter was made, else its forward when
+    the user wrote it (a library's forward is no line of theirs)."""
     for p in module.parameters(recurse=False):
         sid = tracker.sid_of(p)
         if sid is not None and tracker.allocations[sid].where:
             return tracker.allocations[sid].where
     forward = getattr(type(module), "forward", None)
     code = getattr(forward, "__code__", None)
-    if code is not None and not code.co_filename.startswith(_TORCH_DIR):
+    if code is not None and is_user_code(code.co_filename):
         return f"{code.co_filename}:{code.co_firstlineno}"
     return ""
 
@@ -333,17 +334,15 @@ def _loss(out: Any, loss_fn: Callable | None) -> torch.Tensor:
 
 
 def _describe_untraceable(exc: Exception, phase: str) -> str:
-    where = _user_line_of(exc) or (f" at {user_frame_where()}" if user_frame_where() else "")
+    where = _user_line_of(exc)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"{type(exc).__name__} in the {phase} pass{where}: {first[:200]}"
 
 
 def _user_line_of(exc: BaseException) -> str:
-    """`` at file:line`` of the innermost traceback frame in the user's code."""
-    from trainmedic.plan.tracker import _OWN_DIR, _STDLIB_DIR, _TORCH_DIR
-
+    """`` at file:line`` of the innermost traceback frame in the user's code, "" when none is."""
     found = ""
     for frame in traceback.extract_tb(exc.__traceback__):
-        if not frame.filename.startswith((_TORCH_DIR, _OWN_DIR, _STDLIB_DIR, "<")):
+        if is_user_code(frame.filename):
             found = f" at {frame.filename}:{frame.lineno}"
     return found

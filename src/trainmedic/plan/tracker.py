@@ -23,6 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from trainmedic.probe.frames import is_user_file
+
 ALLOC = "alloc"
 FREE = "free"
 RNN_WORKSPACE_BYTES_PER_UNIT = 62.6
@@ -30,7 +32,6 @@ RNN_SCRATCHPAD_BYTES_PER_UNIT = 16.4
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_STDLIB_DIR = os.path.dirname(os.__file__)
 _WHERE_KEY = "trainmedic_where"
 _MODE_METHODS = {"__torch_function__", "__torch_dispatch__"}
 
@@ -46,7 +47,6 @@ class Allocation:
     phase: str
     shape: tuple[int, ...]
     dtype: str
-    born: int = -1
     died: int | None = None
     #: Shapes of the op's tensor inputs, for the closed-form formula of a hotspot.
     input_shapes: tuple[tuple[int, ...], ...] = ()
@@ -54,10 +54,24 @@ class Allocation:
     module: str = ""
 
 
+#: co_filename -> whether it is the user's code; asked on every op, so each file is judged once.
+_USER_FILES: dict[str, bool] = {}
+
+
+def is_user_code(filename: str) -> bool:
+    """Whether ``filename`` is the user's own source, by probe's rule: not the interpreter's, not
+    an installed package (torch, transformers, timm...), not trainmedic's."""
+    known = _USER_FILES.get(filename)
+    if known is None:
+        # The torch check also covers a torch run from a source checkout, outside site-packages.
+        known = _USER_FILES[filename] = not filename.startswith(_TORCH_DIR) and is_user_file(filename)
+    return known
+
+
 def user_frame_where() -> str:
     """``file:line`` of the innermost frame that is the user's code, or "" when the op was
-    called from torch or trainmedic itself (an ``nn.Linear`` the planner's step calls, an
-    optimizer's internals) rather than from a line the user wrote."""
+    called from a library or trainmedic itself (an ``nn.Linear`` the planner's step calls, an
+    optimizer's internals, a transformers model's forward) rather than from a line the user wrote."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
@@ -65,7 +79,7 @@ def user_frame_where() -> str:
             # The planner's own modes sit between the user's call and the op: look through them.
             if name != __file__ and frame.f_code.co_name not in _MODE_METHODS:
                 return ""
-        elif not (name.startswith(_TORCH_DIR) or name.startswith(_STDLIB_DIR) or name.startswith("<")):
+        elif is_user_code(name):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
@@ -73,6 +87,18 @@ def user_frame_where() -> str:
 
 def _is_cuda(value: Any) -> bool:
     return (isinstance(value, torch.device) and value.type == "cuda") or (isinstance(value, str) and value.startswith("cuda"))
+
+
+def _is_index(value: Any) -> bool:
+    """An int where a device goes (``x.to(0)``, ``device=local_rank``): a CUDA device's index."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _on_cpu(value: Any) -> Any:
+    """The CPU in the form the argument came in: functions that take only a str get a str."""
+    if not _is_cuda(value):
+        return value
+    return "cpu" if isinstance(value, str) else torch.device("cpu")
 
 
 class StorageTracker(TorchDispatchMode):
@@ -87,7 +113,6 @@ class StorageTracker(TorchDispatchMode):
         self.events: list[tuple[str, int]] = []
         self.allocations: dict[int, Allocation] = {}
         self.phase = "build"
-        self.ops = 0
         self.stand_ins: list[str] = []
         self.notes: list[str] = []
         self._sids: WeakIdKeyDictionary = WeakIdKeyDictionary()
@@ -132,7 +157,6 @@ class StorageTracker(TorchDispatchMode):
         if func is torch.ops.aten._local_scalar_dense.default:
             return self._stand_in_scalar(args[0])
         out = func(*args, **kwargs)
-        self.ops += 1
         if func is torch.ops.aten.mkldnn_rnn_layer.default:
             out = self._rnn_workspace(args, out)
         elif func is torch.ops.aten.mkldnn_rnn_layer_backward.default and len(args) > 7:
@@ -183,7 +207,9 @@ class StorageTracker(TorchDispatchMode):
     def _stand_in_scalar(self, tensor: torch.Tensor) -> Any:
         # `.item()` on a fake tensor has no value. Planning only needs shapes, so the step goes on
         # with a stand-in, and the plan says where (a value steering control flow may differ).
-        where = user_frame_where()  # "" inside torch: an optimizer reading its step counter
+        # A library's forward (transformers, timm) has no line of the user's: the warning goes to
+        # the line that made its module. "" with no module running: an optimizer reading its step counter.
+        where, _ = self.site()
         if where and where not in self.stand_ins:
             self.stand_ins.append(where)
         if tensor.dtype.is_floating_point:
@@ -210,7 +236,7 @@ class StorageTracker(TorchDispatchMode):
         sid = self._next
         self._next += 1
         self.events.append((ALLOC, sid))
-        self.allocations[sid] = Allocation(sid, int(nbytes), op, where, self.phase, shape, dtype, len(self.events) - 1, None, in_shapes)
+        self.allocations[sid] = Allocation(sid, int(nbytes), op, where, self.phase, shape, dtype, input_shapes=in_shapes)
         return sid
 
     def _freed_callback(self, sid: int) -> Callable[[weakref.ref], None]:
@@ -267,9 +293,20 @@ class CudaToCpu(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is torch.Tensor.cuda:
             return args[0]
+        if func is torch.device:
+            # torch.device("cuda", local_rank), torch.device(type="cuda", index=0), torch.device(0):
+            # the index names a CUDA device, so the result is the CPU device with no index, the
+            # one every other rewritten tensor lands on (torch.device("cpu", 0) would differ).
+            if (args and (_is_cuda(args[0]) or _is_index(args[0]))) or _is_cuda(kwargs.get("type")):
+                return torch.device("cpu")
+            return func(*args, **kwargs)
+        if func is torch.Tensor.to and len(args) > 1 and _is_index(args[1]):
+            args = (args[0], "cpu", *args[2:])  # x.to(0): parsing an index looks up the absent accelerator
+        if _is_index(kwargs.get("device")):
+            kwargs = {**kwargs, "device": "cpu"}  # torch.zeros(n, device=0), x.to(device=local_rank)
         if _has_cuda(args) or _has_cuda(kwargs):
-            args = tuple(torch.device("cpu") if _is_cuda(a) else a for a in args)
-            kwargs = {k: torch.device("cpu") if _is_cuda(v) else v for k, v in kwargs.items()}
+            args = tuple(_on_cpu(a) for a in args)
+            kwargs = {k: _on_cpu(v) for k, v in kwargs.items()}
         return func(*args, **kwargs)
 
 
@@ -284,6 +321,12 @@ def modules_stay_on_cpu():
     original_to, original_cuda = torch.nn.Module.to, torch.nn.Module.cuda
 
     def to(module, *args, **kwargs):
+        # model.to(0) / model.to(device=local_rank): an int is a CUDA device's index, which the
+        # parser would look up on the absent accelerator; the device is dropped below anyway.
+        if args and _is_index(args[0]):
+            args = ("cpu", *args[1:])
+        if _is_index(kwargs.get("device")):
+            kwargs = {**kwargs, "device": "cpu"}
         device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
         if dtype is None and memory_format is None:
             return module
