@@ -210,7 +210,8 @@ class SignalCatcher:
 
     @staticmethod
     def _release(numbers: tuple[int, ...]) -> None:
-        """A catcher freed without uninstall(): give back the signals no live catcher listens to."""
+        """Give back the signals no live catcher listens to any more (after uninstall(), or when a
+        catcher is freed without it)."""
         if threading.current_thread() is not threading.main_thread():
             return  # handlers can only change there; ours passes an unheard signal on meanwhile
         for number in numbers:
@@ -222,9 +223,7 @@ class SignalCatcher:
             return
         self.installed = False
         SignalCatcher._live.discard(self)
-        for number in self.numbers:
-            if not SignalCatcher._listening(number):
-                SignalCatcher._give_back(number, SignalCatcher._original.get(number))
+        SignalCatcher._release(tuple(self.numbers))
 
     @property
     def name(self) -> str:
