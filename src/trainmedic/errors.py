@@ -19,7 +19,9 @@ a message and an exit code. Every message names the bad value, what was expected
     ├── PlanError              a build function that cannot be planned, a bad batch or precision
     ├── CheckpointError        a checkpoint directory that cannot be written, a save that failed
     │   └── CheckpointMismatchError  a checkpoint taken from another model or optimizer (names the keys)
-    └── PreflightError         a preflight declaration that cannot be read or run
+    ├── PreflightError         a preflight declaration that cannot be read or run
+    └── BatchError             trainmedic.batch cannot batch or generate as asked: ragged outputs,
+                               params of mixed lengths, an output folder holding another job
 
     Preempted (SystemExit, not a TrainmedicError): raised by Checkpointer.save after the save a
     signal or the deadline asked for, so the run ends cleanly with finally-blocks run.
@@ -115,6 +117,10 @@ class CheckpointMismatchError(CheckpointError):
 
 class PreflightError(TrainmedicError):
     """``trainmedic preflight`` cannot read the experiments it was given (bad table, bad budget)."""
+
+
+class BatchError(TrainmedicError):
+    """``trainmedic.batch`` cannot batch a function or run a generation job as asked (names the value)."""
 
 
 class Preempted(SystemExit):

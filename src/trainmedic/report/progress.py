@@ -1,32 +1,41 @@
-"""A progress bar for reading a source once (``trainmedic.data`` calls it; it draws on stderr)."""
+"""Progress bars for reading a source once (``trainmedic.data``) and for generation jobs
+(``trainmedic.batch``); they draw on stderr."""
 
 from __future__ import annotations
 
 import sys
 from typing import IO
 
+from rich.progress import ProgressColumn
+from rich.text import Text
+
 
 class ProgressBar:
-    """Rows read so far, of how many when known, with the rate; drawn by rich on ``stream``."""
+    """Rows read (or samples made) so far, of how many when known; drawn by rich on ``stream``.
+    With ``unit="samples"`` it also shows the rate and the time left."""
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
+    def __init__(self, stream: IO[str] | None = None, unit: str = "rows") -> None:
         self.stream = stream
+        self.unit = unit
         self._progress = None
         self._task = None
 
     def start(self, description: str, total_rows: int | None) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         console = Console(file=self.stream or sys.stderr)
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("rows"),
-            TimeElapsedColumn(),
-            console=console,
-        )
+        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit), TimeElapsedColumn()]
+        if self.unit != "rows":
+            columns += [_RateColumn(self.unit), TextColumn("ETA"), TimeRemainingColumn()]
+        self._progress = Progress(*columns, console=console)
         self._progress.start()
         self._task = self._progress.add_task(description, total=total_rows)
 
@@ -38,3 +47,15 @@ class ProgressBar:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+class _RateColumn(ProgressColumn):
+    """Units per second over rich's recent window (samples/s of a generation job)."""
+
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("-" if speed is None else f"{speed:,.0f} {self.unit}/s")

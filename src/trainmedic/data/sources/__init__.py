@@ -14,6 +14,7 @@ __all__ = ["FieldSpec", "Source", "open_source"]
 _HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 _SUPPORTED = (
     "an HDF5 file (.h5/.hdf5), a Zarr store (folder), a .npy file or a folder of .npy files, "
+    "a trainmedic.batch output folder, "
     "an SQLAlchemy URL with query=, a torch Dataset, or a dict of arrays"
 )
 
@@ -45,6 +46,12 @@ def _open_path(path: Path, fields: list[str] | None) -> Source:
     if not path.exists():
         raise SourceError(f"{str(path)!r} does not exist; data.load takes {_SUPPORTED}.")
     suffix = path.suffix.lower()
+    from trainmedic.data.sources.shards import is_shard_folder
+
+    if is_shard_folder(path):
+        from trainmedic.data.sources.shards import ShardedSource
+
+        return ShardedSource(path, fields)
     if path.is_file() and suffix in _HDF5_SUFFIXES:
         from trainmedic.data.sources.hdf5 import Hdf5Source
 

@@ -1,0 +1,288 @@
+"""The output folder of a generation job: shards written atomically, and the manifest that
+makes a re-run resume at the first missing shard.
+
+Layout of ``out/``::
+
+    trainmedic-batch.json      the manifest (format trainmedic.batch/1): the job, the fields,
+                               every finished shard with its rows and file sizes
+    shard-000000/x.npy ...     one folder of .npy files per shard   (storage "npy")
+    shard-000000.h5            or one HDF5 file per shard           (storage "hdf5")
+    shard-000000.zarr/         or one Zarr store per shard          (storage "zarr")
+
+A shard is written under a temporary name, synced, renamed into place, and only then listed in
+the manifest (itself written to a temporary file, synced and renamed). A kill at any moment
+leaves either the old manifest or the new one, and every shard a manifest lists is whole.
+Shard boundaries are fixed by the job (``shard_size`` is kept in the manifest), and every
+sample's draws by its index, so the shards of a resumed run are byte-identical to those of a run
+never stopped. ``trainmedic.data.load(out)`` reads the folder as one dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from trainmedic._os import fsync_dir, pid_alive
+from trainmedic.errors import BatchError, require
+
+__all__ = ["FORMAT", "MANIFEST", "STORAGES", "ShardStore", "read_manifest", "shard_path"]
+
+MANIFEST = "trainmedic-batch.json"
+FORMAT = "trainmedic.batch/1"
+STORAGES = ("npy", "hdf5", "zarr")
+_SUFFIX = {"npy": "", "hdf5": ".h5", "zarr": ".zarr"}
+_TMP = ".tmp-"
+
+
+def shard_path(out: Path, storage: str, index: int) -> Path:
+    return Path(out) / f"shard-{index:06d}{_SUFFIX[storage]}"
+
+
+def read_manifest(out: Path) -> dict | None:
+    """The manifest of ``out``, None when there is none; BatchError when it cannot be read."""
+    path = Path(out) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BatchError(f"{str(path)!r} cannot be read as a trainmedic.batch manifest ({exc}); delete the folder to start over.") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BatchError(f"{str(path)!r} is not a {FORMAT} manifest (format {manifest.get('format') if isinstance(manifest, dict) else None!r}).")
+    return manifest
+
+
+class ShardStore:
+    """One job's output folder: which shards are done, and the atomic writing of the next one."""
+
+    def __init__(self, out: str | os.PathLike, job: dict, samples: int, layout: Callable[[], tuple[int, int]], storage: str) -> None:
+        """``layout`` gives (samples per shard, samples per call); it is asked only for a new job:
+        a resumed one keeps the manifest's."""
+        if storage not in STORAGES:
+            raise BatchError(f"format={storage!r} is not a shard format; use one of {list(STORAGES)}.")
+        if storage == "hdf5":
+            require("h5py", "hdf5", "Writing HDF5 shards")
+        elif storage == "zarr":
+            require("zarr", "zarr", "Writing Zarr shards")
+        self.out = Path(out)
+        self.storage = storage
+        self.resumed = False
+        existing = self._check_folder(job)
+        if existing is not None:
+            # The first run fixed the shard boundaries and call sizes; a re-run keeps them whatever
+            # it would pick now, or its shards would not line up with the ones on disk.
+            self.manifest = existing
+            self.resumed = bool(existing["shards"])
+        else:
+            shard_size, batch_size = layout()
+            self.manifest = {
+                "format": FORMAT,
+                "job": job,
+                "samples": samples,
+                "shard_size": int(shard_size),
+                "batch_size": int(batch_size),
+                "storage": storage,
+                "fields": None,
+                "shards": [],
+                "complete": False,
+            }
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._write_manifest()
+        self._clean_leftovers()
+
+    @property
+    def shard_size(self) -> int:
+        return int(self.manifest["shard_size"])
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.manifest["batch_size"])
+
+    @property
+    def samples(self) -> int:
+        return int(self.manifest["samples"])
+
+    @property
+    def shard_count(self) -> int:
+        return -(-self.samples // self.shard_size)
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        start = index * self.shard_size
+        return start, min(start + self.shard_size, self.samples)
+
+    def missing(self) -> list[int]:
+        """Shards still to write: not listed, or listed but gone or cut short on disk."""
+        done = {entry["index"] for entry in self.manifest["shards"] if self._intact(entry)}
+        return [i for i in range(self.shard_count) if i not in done]
+
+    def write(self, index: int, arrays: dict[str, np.ndarray]) -> None:
+        """Write shard ``index`` atomically, then list it in the manifest."""
+        start, stop = self.bounds(index)
+        fields = {name: {"dtype": np.dtype(a.dtype).str, "shape": list(a.shape[1:])} for name, a in arrays.items()}
+        if self.manifest["fields"] is None:
+            self.manifest["fields"] = fields
+        elif fields != self.manifest["fields"]:
+            raise BatchError(
+                f"shard {index} (samples {start}..{stop - 1}) has fields {_describe(fields)} but the earlier shards have "
+                f"{_describe(self.manifest['fields'])}; a generator must return one dtype and shape for every sample."
+            )
+        for name, array in arrays.items():
+            if array.shape[0] != stop - start:
+                raise BatchError(f"output {name!r} of shard {index} has {array.shape[0]} rows; expected {stop - start}.")
+        final = shard_path(self.out, self.storage, index)
+        tmp = self.out / f"{_TMP}{final.name}-{socket.gethostname()}-{os.getpid()}"
+        _remove(tmp)
+        try:
+            _WRITERS[self.storage](tmp, arrays)
+            if final.exists():  # written before a kill, never listed: same job, same content
+                _remove(final)
+            os.replace(tmp, final)
+        finally:
+            _remove(tmp)
+        fsync_dir(self.out)
+        entry = {"index": index, "name": final.name, "start": start, "stop": stop, "bytes": _sizes(final)}
+        self.manifest["shards"] = sorted([e for e in self.manifest["shards"] if e["index"] != index] + [entry], key=lambda e: e["index"])
+        self._write_manifest()
+
+    def finish(self) -> None:
+        if not self.manifest["complete"] and not self.missing():
+            self.manifest["complete"] = True
+            self._write_manifest()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _check_folder(self, job: dict) -> dict | None:
+        if not self.out.exists():
+            return None
+        if not self.out.is_dir():
+            raise BatchError(f"out={str(self.out)!r} is a file; give a folder (new or empty) for the shards.")
+        manifest = read_manifest(self.out)
+        if manifest is None:
+            others = sorted(p.name for p in self.out.iterdir())
+            if others:
+                raise BatchError(
+                    f"out={str(self.out)!r} already holds {len(others)} entries that are not a trainmedic.batch job "
+                    f"(e.g. {others[0]!r}); nothing was written. Give a new or empty folder."
+                )
+            return None
+        differences = _differences(manifest.get("job", {}), job)
+        if manifest.get("storage") != self.storage:
+            differences.append(f"format {manifest.get('storage')!r} there, {self.storage!r} now")
+        if differences:
+            raise BatchError(
+                f"out={str(self.out)!r} holds the shards of another job ({'; '.join(differences)}); nothing was "
+                f"overwritten. Give another out= folder, or delete this one to start over."
+            )
+        return manifest
+
+    def _intact(self, entry: dict) -> bool:
+        path = self.out / entry["name"]
+        return path.exists() and _sizes(path) == entry["bytes"]
+
+    def _write_manifest(self) -> None:
+        path = self.out / MANIFEST
+        tmp = self.out / f"{_TMP}{MANIFEST}-{socket.gethostname()}-{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self.manifest, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            _remove(tmp)
+        fsync_dir(self.out)
+
+    def _clean_leftovers(self) -> None:
+        # Temporary shards of writers that died mid-write (a SIGKILL); a live writer's are kept.
+        host = socket.gethostname()
+        for path in self.out.glob(f"{_TMP}*"):
+            owner, _, pid = path.name.rpartition("-")
+            if owner.endswith(f"-{host}") and pid.isdigit() and not pid_alive(int(pid)):
+                _remove(path)
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+    labels = {
+        "function": "function",
+        "source_sha256": "the function's source",
+        "params_sha256": "the params' values",
+        "params": "the params' names, dtypes or shapes",
+        "samples": "number of samples",
+        "seed": "seed",
+        "keep_params": "keep_params",
+    }
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            label = labels.get(key, key)
+            if key in ("function", "samples", "seed", "keep_params"):
+                out.append(f"{label} {old.get(key)!r} there, {new.get(key)!r} now")
+            else:
+                out.append(f"{label} changed")
+    return out
+
+
+def _describe(fields: dict) -> str:
+    return ", ".join(f"{n}: {np.dtype(f['dtype']).name} {tuple(f['shape'])}" for n, f in fields.items())
+
+
+def _sizes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _fsync_tree(path: Path) -> None:
+    for item in sorted(path.rglob("*")):
+        if item.is_file():
+            with open(item, "rb") as f:
+                os.fsync(f.fileno())
+    for folder in sorted({p.parent for p in path.rglob("*")} | {path}):
+        fsync_dir(folder)
+
+
+def _write_npy(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    path.mkdir()
+    for name, array in arrays.items():
+        with open(path / f"{name}.npy", "wb") as f:
+            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+    fsync_dir(path)
+
+
+def _write_hdf5(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    import h5py
+
+    # No timestamps in the object headers: a resumed job's files are byte-identical.
+    with h5py.File(path, "w", track_order=False) as f:
+        for name, array in arrays.items():
+            f.create_dataset(name, data=array, track_times=False)
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _write_zarr(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    import zarr
+
+    root = zarr.open_group(str(path), mode="w", zarr_format=3)
+    for name, array in arrays.items():
+        target = root.create_array(name, shape=array.shape, dtype=array.dtype, chunks=array.shape or None)
+        target[...] = array
+    _fsync_tree(path)
+
+
+_WRITERS: dict[str, Any] = {"npy": _write_npy, "hdf5": _write_hdf5, "zarr": _write_zarr}

@@ -1,0 +1,82 @@
+"""The output folder of ``trainmedic.batch.generate``: its shards, read as one dataset.
+
+Each shard is opened with the source of its format (a folder of ``.npy`` files, an HDF5 file,
+a Zarr store) and the manifest says which rows it holds; a read of arbitrary rows is split at
+the shard boundaries, so the ``stream`` tier serves a job larger than RAM without a copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from trainmedic.batch.shards import MANIFEST
+from trainmedic.data.sources.base import Source, check_request, select_fields
+from trainmedic.errors import SourceError
+
+__all__ = ["ShardedSource", "is_shard_folder"]
+
+
+def is_shard_folder(path: Path) -> bool:
+    return path.is_dir() and (path / MANIFEST).is_file()
+
+
+class ShardedSource(Source):
+    kind = "shards"
+    random_access = True
+
+    def __init__(self, path: str | Path, fields: list[str] | None = None) -> None:
+        from trainmedic.batch.shards import read_manifest
+        from trainmedic.data.sources import open_source
+        from trainmedic.errors import BatchError
+
+        self.path = Path(path)
+        self.description = str(self.path)
+        try:
+            manifest = read_manifest(self.path)
+        except BatchError as exc:
+            raise SourceError(str(exc)) from None
+        if not manifest.get("complete"):
+            done = len(manifest.get("shards", []))
+            raise SourceError(
+                f"{self.description!r} is an unfinished trainmedic.batch job ({done} shards written of "
+                f"{-(-manifest['samples'] // manifest['shard_size'])}); run the same batch.generate() call again to finish it."
+            )
+        self._manifest_text = (self.path / MANIFEST).read_bytes()
+        entries = manifest["shards"]
+        self._shards = [open_source(self.path / entry["name"], fields) for entry in entries]
+        self._starts = np.array([entry["start"] for entry in entries] + [entries[-1]["stop"]], dtype=np.int64)
+        first = self._shards[0]
+        self.specs = select_fields({s.name: s for s in first.specs}, fields, self.description)
+        self.length = int(manifest["samples"])
+        for shard, entry in zip(self._shards, entries):
+            if shard.length != entry["stop"] - entry["start"] or shard.specs != first.specs:
+                raise SourceError(
+                    f"shard {entry['name']!r} of {self.description!r} does not match its manifest entry "
+                    f"(rows {entry['start']}..{entry['stop']}); delete the folder and generate it again."
+                )
+
+    def fingerprint(self) -> str:
+        return f"shards:{self.path.resolve()}:{hashlib.sha256(self._manifest_text).hexdigest()}"
+
+    def iter_chunks(self, rows: int) -> Iterator[dict[str, np.ndarray]]:
+        for shard in self._shards:
+            for chunk in shard.iter_chunks(rows):
+                yield {spec.name: chunk[spec.name] for spec in self.specs}
+
+    def read(self, field: str, indices: np.ndarray, out: np.ndarray) -> None:
+        spec = next(s for s in self.specs if s.name == field)
+        check_request(spec, indices, out, self.length, self.description)
+        # indices are sorted: each shard's rows are one contiguous slice of them.
+        cuts = np.searchsorted(indices, self._starts)
+        for shard_index, shard in enumerate(self._shards):
+            a, b = int(cuts[shard_index]), int(cuts[shard_index + 1])
+            if a < b:
+                shard.read(field, indices[a:b] - self._starts[shard_index], out[a:b])
+
+    def close(self) -> None:
+        for shard in self._shards:
+            shard.close()
