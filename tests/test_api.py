@@ -42,3 +42,10 @@ def test_importing_trainmedic_leaves_the_global_random_stream_alone():
         "import trainmedic.guard, trainmedic.cli.main; print(random.random() == a)"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
+
+
+def test_batch_api_is_one_sorted_all():
+    import trainmedic.batch as batch
+
+    assert batch.__all__ == sorted(batch.__all__)
+    assert all(hasattr(batch, name) for name in batch.__all__)

@@ -1,0 +1,66 @@
+"""The output folder of batch.generate as a source: rows across shard boundaries, every tier, bad folders."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from trainmedic import batch, data
+from trainmedic.data.sources import open_source
+from trainmedic.data.sources.base import read_rows
+from trainmedic.data.sources.shards import ShardedSource
+from trainmedic.errors import SourceError
+
+
+def sample(k, rng):
+    return {"x": torch.arange(6, dtype=torch.float32) * k + rng.normal((6,)), "label": (k * 3).to(torch.int64)}
+
+
+@pytest.fixture(params=["npy", "hdf5", "zarr"])
+def job(request, tmp_path):
+    ks = np.arange(103, dtype=np.float32)
+    batch.generate(sample, {"k": ks}, out=tmp_path / "job", batch_size=10, shard_size=20, format=request.param, progress=False)
+    expected = batch.vectorize(sample)(k=torch.from_numpy(ks), seed=0)
+    return tmp_path / "job", {"x": expected["x"].numpy(), "label": expected["label"].numpy(), "k": ks}
+
+
+def test_rows_anywhere_are_read_across_shard_boundaries(job):
+    path, expected = job
+    source = open_source(path)
+    assert isinstance(source, ShardedSource) and source.length == 103
+    assert sorted(source.fields) == ["k", "label", "x"]
+    picks = np.array([102, 0, 19, 20, 21, 59, 60, 7, 7, 99])
+    for field in ("x", "label", "k"):
+        spec = next(s for s in source.specs if s.name == field)
+        out = np.empty((len(picks),) + spec.shape, dtype=spec.dtype)
+        read_rows(source, field, picks, out)
+        np.testing.assert_array_equal(out, expected[field][picks])
+    chunks = list(source.iter_chunks(7))
+    np.testing.assert_array_equal(np.concatenate([c["x"] for c in chunks]), expected["x"])
+
+
+@pytest.mark.parametrize("tier", ["ram", "disk", "stream"])
+def test_every_tier_serves_the_job(job, tier, tmp_path):
+    path, expected = job
+    loader = data.load(path, fields=["x", "k"], batch_size=103, shuffle=False, tier=tier, cache_dir=tmp_path / "cache", progress=False)
+    x, k = next(iter(loader))
+    np.testing.assert_array_equal(x.numpy(), expected["x"])
+    np.testing.assert_array_equal(k.numpy(), expected["k"])
+
+
+def test_a_shard_that_disagrees_with_the_manifest_is_named(tmp_path):
+    batch.generate(sample, {"k": np.arange(30, dtype=np.float32)}, out=tmp_path, batch_size=10, shard_size=10, progress=False)
+    manifest = json.loads((tmp_path / "trainmedic-batch.json").read_text())
+    manifest["shards"][1]["stop"] = 25
+    (tmp_path / "trainmedic-batch.json").write_text(json.dumps(manifest))
+    with pytest.raises(SourceError, match="shard 'shard-000001' .* does not match its manifest entry"):
+        data.load(tmp_path, progress=False)
+
+
+def test_a_manifest_that_is_not_json_is_named(tmp_path):
+    (tmp_path / "trainmedic-batch.json").write_text("{half")
+    with pytest.raises(SourceError, match="cannot be read as a trainmedic.batch manifest"):
+        data.load(tmp_path, progress=False)
