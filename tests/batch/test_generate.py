@@ -66,6 +66,7 @@ def test_a_stop_signal_finishes_the_shard_saves_it_and_exits_cleanly(tmp_path, s
     stopped = run_job(tmp_path / "job", stop_after=30, signame=signame)
     assert stopped.returncode == 128 + getattr(signal, signame), stopped.stderr
     assert "Traceback" not in stopped.stderr and "finished" not in stopped.stdout
+    assert f"{signame}: stopped after shard 0 (40 of 300 samples" in stopped.stderr and "run the same generate() call again" in stopped.stderr
     manifest = (tmp_path / "job" / MANIFEST).read_text()
     assert '"complete": false' in manifest and '"stop": 40' in manifest  # the shard of sample 30 was written
     with pytest.raises(Exception, match="unfinished trainmedic.batch job"):

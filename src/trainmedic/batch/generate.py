@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -35,6 +36,9 @@ from trainmedic.batch.vectorize import VMAP, Vectorized, vectorize
 from trainmedic.errors import BatchError, Preempted
 
 __all__ = ["Generated", "generate"]
+
+#: A stop is told here (WARNING): the library never prints, and a SystemExit carries no text.
+logger = logging.getLogger("trainmedic.batch")
 
 _PROBE_SAMPLES = 8
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -99,6 +103,9 @@ def generate(
         raise BatchError(f"format={format!r} is not a shard format; use one of {list(STORAGES)}.")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise BatchError(f"seed={seed!r} is a {type(seed).__name__}; expected an int.")
+    for name, value in (("batch_size", batch_size), ("shard_size", shard_size)):
+        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise BatchError(f"{name}={value!r}; expected a positive int or 'auto'.")
     vf = vectorize(fn)
     _check_arguments(vf, columns)
     target = _device(device)
@@ -110,8 +117,6 @@ def generate(
         chosen["sizing"] = sizing
         if shard_size == "auto":
             return sizing.shard_size, sizing.batch_size
-        if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-            raise BatchError(f"shard_size={shard_size!r}; expected a positive int or 'auto'.")
         return min(shard_size, columns.length), sizing.batch_size
 
     store = ShardStore(out, job, columns.length, layout, format)
@@ -134,13 +139,12 @@ def generate(
             written += 1
             if catcher is not None and catcher.received is not None and index != todo[-1]:
                 catcher.saving = True
-                raise Preempted(
-                    128 + catcher.received,
-                    f"{catcher.name}: stopped after shard {index} ({stop} of {columns.length} samples in "
-                    f"{store.out}); run the same generate() call again to resume at the next shard.",
-                    step=stop,
-                    path=str(store.out),
+                message = (
+                    f"trainmedic: {catcher.name}: stopped after shard {index} ({stop} of {columns.length} samples in "
+                    f"{store.out}); run the same generate() call again to resume at the next shard."
                 )
+                logger.warning(message)
+                raise Preempted(128 + catcher.received, message, step=stop, path=str(store.out))
         store.finish()
     finally:
         bar.stop()
@@ -250,8 +254,6 @@ def _size(vf: Vectorized, columns: Params, batch_size: int | str, device: torch.
     arrays = _named_outputs(output, vf.name)
     output_bytes = sum(a.nbytes for a in arrays.values()) // probe
     if batch_size != "auto":
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise BatchError(f"batch_size={batch_size!r}; expected a positive int or 'auto'.")
         size = min(batch_size, columns.length)
         return Sizing(size, shard_size_for(size, output_bytes, columns.length), None, output_bytes, 0, f"{size} samples per call, as asked")
     traced = None
