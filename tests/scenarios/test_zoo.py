@@ -68,6 +68,8 @@ def test_cpu_scenario_is_diagnosed_at_the_right_line(script, tmp_path):
     if expect.get("suggests"):
         # The exact data.load call for the script's own source (paths are temporary: a fragment).
         assert expect["suggests"] in (top.get("suggestion") or ""), top
+    if expect.get("fixes"):
+        assert expect["fixes"] in top["fix"], top
     if expect.get("growth"):
         # Wall time, or the process's own CPU time per step where a busy neighbour blurs it.
         assert max(report["steps"]["growth"], report["steps"]["cpu_growth"] or 0.0) >= 1.3

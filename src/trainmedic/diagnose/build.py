@@ -85,6 +85,10 @@ def _scope(m: Measurements) -> tuple[Aggregate, str, int]:
 
 def _findings(costs, total, n_steps, stats, m, loops, growing, rising) -> list[Finding]:
     groups: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    # Which function each line's time was spent in, so advice can name the function to change.
+    functions: dict[tuple[str, str], dict[tuple[str | None, str | None], float]] = defaultdict(
+        lambda: defaultdict(float)
+    )
     phases: dict[str, float] = defaultdict(float)  # compute split by forward/backward/optimizer
     forward_lines: dict[str, float] = defaultdict(float)
     for cost in costs:
@@ -96,6 +100,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising) -> list[F
             if cost.kind == "forward" and cost.where is not None:
                 forward_lines[cost.where] += cost.seconds
         groups[(cost.category, kind)][cost.where] += cost.seconds
+        functions[(cost.category, kind)][(cost.where, cost.function)] += cost.seconds
     findings = []
     for (category, kind), by_where in groups.items():
         seconds = sum(by_where.values())
@@ -106,12 +111,15 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising) -> list[F
         # so the model's heaviest forward line is where compute time originates.
         pool = forward_lines if category == COMPUTE and forward_lines else by_where
         where = max((w for w in pool if w is not None), key=lambda w: pool[w], default=None)
+        function = _function_at(functions[(category, kind)], where)
         grows = category == growing
         if grows and kind == resolve.BATCH_PREPARATION:
             kind = "pool"  # batch preparation that gets slower every step: a growing structure
         ops = max((loop.ops_per_step for loop in loops.values()), default=0.0)
         growth = rising.ratio if rising else stats.growth
-        ctx = Context(where, seconds / n_steps, stats.median_s, m.device.kind, ops, growth, m.sources)
+        ctx = Context(
+            where, seconds / n_steps, stats.median_s, m.device.kind, ops, growth, m.sources, function
+        )
         advice = RULES[category](kind, ctx)
         evidence = [f"{share:.1%} of steady-state step time ({format_seconds(seconds / n_steps)} of a {format_seconds(stats.median_s)} median step)"]
         if where is not None and pool.get(where) and len(pool) > 1:
@@ -138,6 +146,12 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising) -> list[F
         ))
     findings.sort(key=lambda f: f.share, reverse=True)
     return findings
+
+
+def _function_at(spent: dict[tuple[str | None, str | None], float], where: str | None) -> str | None:
+    """The function most of the time at ``where`` was spent in (None when no line is known)."""
+    at_where = {f: s for (w, f), s in spent.items() if w == where and where is not None and f is not None}
+    return max(at_where, key=lambda f: at_where[f], default=None)
 
 
 def _timeline(m: Measurements, mapping, breakdown) -> list[TimelinePoint]:

@@ -17,6 +17,9 @@ class Context:
     growth: float = 1.0
     #: What the script read its data from (files, databases, datasets), when it was recorded.
     sources: Sources | None = None
+    #: The user's function the time at ``where`` was spent in, as ``file:firstline:name``
+    #: (``probe.recorder.function_key``), so advice can name the function to change.
+    function: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,125 @@
-"""tiny_ops: thousands of small tensor operations per step; dispatch dominates."""
+"""tiny_ops: thousands of small tensor operations per step; dispatch dominates.
+
+The fix is ``trainmedic.batch``: one batched call over ``[batch, ...]`` tensors instead of one
+call per sample. The op census charges every torch call to the innermost user function, so the
+function the finding points at is usually the per-sample function itself (``generate_iq_sample``
+in seed 001), and the advice names it. When the loop over samples sits inside that function
+(a ``make_batch`` that builds each sample inline), the function already makes the whole batch:
+what to batch is the loop's body, and the advice says so first.
+"""
 
 from __future__ import annotations
 
+import ast
+import os
+import warnings
+
 from trainmedic.diagnose.rules.base import Advice, Context, at
+
+#: Stands for the user's per-sample function when the census cannot name it.
+PLACEHOLDER = "<per_sample_fn>"
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def advise(kind: str, ctx: Context) -> Advice:
     # Seed 001: 70,000 tiny launches for one batch; batching 256 samples per call gave 8-10x.
     launch = "kernel launches" if ctx.device == "cuda" else "operator dispatches"
+    name, loop_inside = _function(ctx)
+    fn = name if name and not loop_inside else PLACEHOLDER
+    if name and loop_inside:
+        what = (
+            f"Batch the loop in {name}() with trainmedic.batch: move its body into a function of one "
+            f"sample ({fn}), then `gen = batch.vectorize({fn})`"
+        )
+        instead = "the loop"
+        # The loop may run over the samples (make_batch) or over parts of one sample (receivers,
+        # multipath echoes): source alone cannot tell, so both readings get their call.
+        whole = f"; if {name}() makes one sample, batch it whole: `batch.vectorize({name})`"
+    else:
+        what = f"Batch the per-sample function with trainmedic.batch: `gen = batch.vectorize({fn})`"
+        instead, whole = "one call per sample", ""
+    fix = (
+        f"{what} and one call `gen(...)` over the whole [batch, ...] tensors instead of {instead}, "
+        f"or `batch.generate({fn}, params, out=...)` for a generation job (progress, Ctrl+C, "
+        f"resumable shards){whole}. Take random draws from an `rng` argument (batch.Rng) so the batched run "
+        f"reproduces the per-sample one. The {launch} drop from thousands to a handful: seed 001 "
+        "gained 8-10x; on a GPU, CUDA graphs or torch.compile cut what remains."
+    )
     return Advice(
         f"{ctx.ops_per_step:,.0f} tiny tensor ops per step in a Python loop{at(ctx)}",
-        f"Vectorise the loop: build the whole batch with one call over a [batch, ...] tensor "
-        f"instead of one call per sample, so {launch} drop from thousands to a handful. "
-        "Seed 001 gained 8-10x; on a GPU, CUDA graphs or torch.compile cut what remains.",
+        fix,
         factor=8.0,
+        # Pasteable only when it names the user's own function; a placeholder would not run.
+        suggestion=f"batch.vectorize({fn})" if fn != PLACEHOLDER else None,
     )
+
+
+def _function(ctx: Context) -> tuple[str | None, bool]:
+    """(the function's name, whether the hot line sits in a loop inside it).
+
+    ``<module>`` and, before Python 3.12, ``<listcomp>`` frames have no name to give.
+    """
+    if not ctx.function:
+        return None, False
+    path, first, name = _split_key(ctx.function)
+    if path is None or not name.isidentifier():
+        return None, False
+    line = _line_of(ctx.where, path)
+    return name, line is not None and _loop_around(path, first, line)
+
+
+def _split_key(key: str) -> tuple[str | None, int, str]:
+    """``file:firstline:name`` (see ``probe.recorder.function_key``); a path may hold colons."""
+    head, _, name = key.rpartition(":")
+    path, _, first = head.rpartition(":")
+    if not path or not first.isdigit():
+        return None, 0, name
+    return path, int(first), name
+
+
+def _line_of(where: str | None, path: str) -> int | None:
+    """The line of ``where`` when it is in the function's file (``where`` is shown relative to
+    the working directory, the function key keeps the interpreter's filename)."""
+    if not where:
+        return None
+    place, _, line = where.rpartition(":")
+    if not line.isdigit() or os.path.realpath(place) != os.path.realpath(path):
+        return None
+    return int(line)
+
+
+def _loop_around(path: str, first: int, line: int) -> bool:
+    """True when ``line`` is inside a loop or comprehension of the function starting at ``first``."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+        # The user's code is read, not run: its SyntaxWarnings are not ours to show.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        # co_firstlineno is the first decorator's line for a decorated function.
+        if first not in (node.lineno, *(d.lineno for d in node.decorator_list)):
+            continue
+        return any(
+            isinstance(inner, _LOOPS) and _spans(inner, line) and not _outside_body(inner, line)
+            for inner in ast.walk(node)
+        )
+    return False
+
+
+def _spans(node: ast.AST, line: int) -> bool:
+    return node.lineno <= line <= (node.end_lineno or node.lineno)
+
+
+def _outside_body(loop: ast.AST, line: int) -> bool:
+    """A ``for`` line's own iterable runs once; only the body repeats. Comprehensions and
+    ``while`` tests repeat as a whole."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        return not any(_spans(stmt, line) for stmt in loop.body)
+    return False
