@@ -149,6 +149,6 @@ def wide(freq, snr_db):
 def test_auto_batch_size_keeps_a_cpu_call_in_its_working_set(tmp_path):
     result = batch.generate(wide, params(200), out=tmp_path, progress=False)
     assert "CPU working set" in result.sizing
-    traced = sizing.CPU_WORKING_SET // result.batch_size
+    traced = sizing.cpu_working_set() // result.batch_size
     assert 1.0 * 2**20 < traced < 4 * 2**20  # the traced peak per sample, roughly what the function holds
     assert result.shard_size % result.batch_size == 0 or result.shard_size == 200

@@ -12,8 +12,10 @@ rest belongs to the process, the page cache and the shard being written.
 
 On the CPU "fits in RAM" is the wrong goal: a call whose temporaries leave the caches runs at
 the speed of page faults and DRAM. Seed 001's generator at 1024 IQ samples took 274 µs a sample
-in calls of 256 and 2,162 µs in calls of 2,048 on the 2-core dev VM (32 MiB L3), so a CPU call is
-also kept to a working set of CPU_WORKING_SET bytes. A GPU wants the largest call that fits.
+in calls of 256 and 2,162 µs in calls of 2,048 on the 2-core dev VM, and at every IQ length
+(64-1024) the fastest call's traced working set was 23-46 MiB beside its 32 MiB L3
+(benchmarks/batch_generate.py). So a CPU call is kept to 1.5x the last-level cache. A GPU wants
+the largest call that fits.
 
 A shard (one file of the output) holds several calls: about SHARD_BYTES of output, so that a
 job of millions of samples is thousands of files, not millions, and a stop waits for at most
@@ -32,8 +34,9 @@ __all__ = ["Sizing", "choose_batch_size"]
 
 #: Output bytes per shard: held on the host until written, and what a stop waits for.
 SHARD_BYTES = 64 * 1024 * 1024
-#: Traced peak of one CPU call: twice the dev VM's L3, where calls of 64-256 samples were fastest.
-CPU_WORKING_SET = 64 * 1024 * 1024
+#: Traced peak of one CPU call, as a multiple of the last-level cache, and when none is known.
+CACHE_SHARE = 1.5
+DEFAULT_CPU_WORKING_SET = 48 * 1024 * 1024
 MEMORY_SHARE = 0.5
 _TRACE_SIZES = (8, 64)
 
@@ -71,7 +74,8 @@ def choose_batch_size(
     if per_sample is not None:
         limits[f"{_mib(per_sample)} a sample in half the free {where}"] = budget // per_sample
         if device.type == "cpu":
-            limits[f"{_mib(per_sample)} a sample in a {_mib(CPU_WORKING_SET)} CPU working set"] = CPU_WORKING_SET // per_sample
+            working_set = cpu_working_set()
+            limits[f"{_mib(per_sample)} a sample in a {_mib(working_set)} CPU working set"] = working_set // per_sample
     else:
         limits[f"outputs in half the free {where}"] = budget // held
     binding = min(limits, key=limits.get)
@@ -91,6 +95,21 @@ def _round(size: int, samples: int) -> int:
     if 128 <= size < samples:
         size -= size % 64
     return size
+
+
+def cpu_working_set() -> int:
+    """CACHE_SHARE x the largest CPU cache Linux reports (sysfs), else DEFAULT_CPU_WORKING_SET."""
+    from pathlib import Path
+
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        try:
+            value = int(text.rstrip("KMG"))
+        except ValueError:
+            continue
+        sizes.append(value * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1))
+    return int(CACHE_SHARE * max(sizes)) if sizes else DEFAULT_CPU_WORKING_SET
 
 
 def _traced_bytes_per_sample(call: Callable, rows: Callable[[int], dict], device: torch.device) -> int | None:
