@@ -39,12 +39,12 @@ import _env
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "workloads"))
 
-import iq_generator as workload  # noqa: E402
-import torch  # noqa: E402
+import iq_generator as workload
+import torch
 
-from trainmedic import batch  # noqa: E402
-from trainmedic.batch.generate import _size  # noqa: E402
-from trainmedic.batch.params import as_params  # noqa: E402
+from trainmedic import batch
+from trainmedic.batch.generate import _size
+from trainmedic.batch.params import as_params
 
 GOAL_SPEEDUP = 8.0
 
@@ -113,10 +113,10 @@ def main() -> int:
         fn_global = functools.partial(workload.iq_sample_global, length=length)
         call = _size(batch.vectorize(fn), as_params(params), "auto", torch.device("cpu"), 0).batch_size
         arms = {
-            "loop": lambda: time_loop(fn_global, cols, args.loop_samples, with_rng=False),
-            "loop_rng": lambda: time_loop(fn, cols, args.loop_samples, with_rng=True),
-            "vectorize": lambda: time_vectorized(fn, cols, args.samples, call),
-            "generate": lambda: time_generate(fn, params)[0],
+            "loop": functools.partial(time_loop, fn_global, cols, args.loop_samples, with_rng=False),
+            "loop_rng": functools.partial(time_loop, fn, cols, args.loop_samples, with_rng=True),
+            "vectorize": functools.partial(time_vectorized, fn, cols, args.samples, call),
+            "generate": functools.partial(lambda f: time_generate(f, params)[0], fn),
         }
         rates: dict[str, list[float]] = {name: [] for name in arms}
         for r in range(args.rounds):

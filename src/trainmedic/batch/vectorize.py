@@ -79,7 +79,7 @@ class Vectorized:
         named = {k: _as_tensor(v, f"argument {k!r}") for k, v in kwargs.items()}
         try:
             out = self._vmap(tensors, named, size, seed, start)
-        except Exception as exc:  # noqa: BLE001 - decide between a real error and vmap's limits
+        except Exception as exc:
             if self.mode == VMAP:
                 raise
             self._fall_back(exc, args, kwargs, seed, start)

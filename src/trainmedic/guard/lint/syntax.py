@@ -63,6 +63,18 @@ def bound_names(target: ast.AST) -> set[str]:
     return set()
 
 
+def names_bound_in(node: ast.AST) -> set[str]:
+    """Every name an assignment or a loop target binds anywhere inside ``node``."""
+    names: set[str] = set()
+    for child in ast.walk(node):
+        if isinstance(child, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+            names |= {n for t in targets for n in bound_names(t)}
+        elif isinstance(child, (ast.For, ast.AsyncFor, ast.comprehension)):
+            names |= bound_names(child.target)
+    return names
+
+
 def target_nodes(target: ast.AST) -> Iterator[ast.AST]:
     """An assignment or ``for`` target and every target it unpacks (``a, (b, *c)``), outermost first."""
     yield target

@@ -8,7 +8,15 @@ from collections.abc import Iterator
 
 from trainmedic.guard.lint.context import LOOPS, SCOPES, ModuleContext
 from trainmedic.guard.lint.model import Rule
-from trainmedic.guard.lint.syntax import argument, bound_names, keyword, last_name, names_in, string_value
+from trainmedic.guard.lint.syntax import (
+    argument,
+    bound_names,
+    keyword,
+    last_name,
+    names_bound_in,
+    names_in,
+    string_value,
+)
 
 _DEVICE_NAME = re.compile(r"device|^dev$|cuda|gpu|^(local_)?rank$", re.IGNORECASE)
 _MODEL_NAME = re.compile(
@@ -223,13 +231,7 @@ def _in_sample_loop(context: ModuleContext, call: ast.Call, moved: ast.AST) -> s
 def _varies(loop: ast.AST, body: ast.AST, moved: ast.AST) -> bool:
     """The moved value changes with the loop: it reads the loop variable or a name bound inside."""
     target = getattr(loop, "target", None)
-    fresh = bound_names(target) if target is not None else set()
-    for node in ast.walk(body):
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            fresh |= {n for t in targets for n in bound_names(t)}
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-            fresh |= bound_names(node.target)
+    fresh = (bound_names(target) if target is not None else set()) | names_bound_in(body)
     return bool(names_in(moved) & fresh)
 
 

@@ -8,7 +8,15 @@ from collections.abc import Iterator
 
 from trainmedic.guard.lint.context import SCOPES, ModuleContext
 from trainmedic.guard.lint.model import Rule
-from trainmedic.guard.lint.syntax import argument, bound_names, keyword, last_name, names_in, string_value
+from trainmedic.guard.lint.syntax import (
+    argument,
+    bound_names,
+    keyword,
+    last_name,
+    names_bound_in,
+    names_in,
+    string_value,
+)
 
 #: Thread pools only: a process pool gives each worker its own CUDA context, another problem.
 _THREAD_POOLS = frozenset(
@@ -182,7 +190,7 @@ def _per_item(context: ModuleContext, call: ast.Call, method: str) -> str | None
             loop = "loop"
             iterable = ancestor.test if isinstance(ancestor, ast.While) else ancestor.iter
             fresh = bound_names(ancestor.target) if not isinstance(ancestor, ast.While) else set()
-            fresh |= _assigned_in(ancestor)
+            fresh |= names_bound_in(ancestor)
         else:
             child = ancestor
             continue
@@ -201,17 +209,6 @@ def _samples(words: list[str]) -> bool:
     if any(_SAMPLES.search(word) for word in words):
         return True
     return not any(_NOT_SAMPLES.search(word) for word in words)
-
-
-def _assigned_in(loop: ast.AST) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(loop):
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {n for t in targets for n in bound_names(t)}
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-            names |= bound_names(node.target)
-    return names
 
 
 def _threads(built: ast.Call) -> str:
