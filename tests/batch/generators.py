@@ -29,3 +29,9 @@ def tone_global(freq, snr_db, length: int = 64):
 def params(samples: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(5)
     return {"freq": rng.uniform(1, 8, samples).astype(np.float32), "snr_db": rng.uniform(0, 20, samples).astype(np.float32)}
+
+
+def tone_global_loop(freq, snr_db, length: int = 64):
+    """Global draws in a function vmap cannot batch (`.item()`): the loop, seeded per shard."""
+    scale = float(snr_db.item()) / 20
+    return torch.polar(torch.ones(length), torch.arange(length) * freq) + torch.randn(length) * scale

@@ -22,10 +22,8 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
 
 
-def run_job(out: Path, stop_after: int = 0, signame: str = "SIGKILL", storage: str = "npy", global_rng: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(SRC)])}
-    if global_rng:
-        env["GLOBAL_RNG"] = "1"
+def run_job(out: Path, stop_after: int = 0, signame: str = "SIGKILL", storage: str = "npy", generator: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(SRC)]), "GENERATOR": generator}
     return subprocess.run(
         [sys.executable, str(HERE / "kill_job.py"), str(out), str(stop_after), signame, storage],
         env=env, capture_output=True, text=True, timeout=120, check=False,
@@ -76,11 +74,19 @@ def test_a_stop_signal_finishes_the_shard_saves_it_and_exits_cleanly(tmp_path, s
     assert files(tmp_path / "job") == files(tmp_path / "whole")
 
 
-def test_global_random_draws_resume_exactly_too(tmp_path):
-    assert run_job(tmp_path / "whole", global_rng=True).returncode == 0
-    assert run_job(tmp_path / "resumed", stop_after=130, global_rng=True).returncode == -signal.SIGKILL
-    assert run_job(tmp_path / "resumed", global_rng=True).returncode == 0
+@pytest.mark.parametrize("generator", ["global", "global_loop"])
+def test_global_random_draws_resume_exactly_too_batched_or_looped(tmp_path, generator):
+    assert run_job(tmp_path / "whole", generator=generator).returncode == 0
+    assert run_job(tmp_path / "resumed", stop_after=130, generator=generator).returncode == -signal.SIGKILL
+    assert run_job(tmp_path / "resumed", generator=generator).returncode == 0
     assert files(tmp_path / "resumed") == files(tmp_path / "whole")
+
+
+def test_a_stop_signal_during_the_last_shard_still_stops_the_process(tmp_path):
+    stopped = run_job(tmp_path / "job", stop_after=290, signame="SIGTERM")
+    assert stopped.returncode == 128 + signal.SIGTERM and "finished" not in stopped.stdout
+    assert "is complete; stopping as asked" in stopped.stderr
+    assert '"complete": true' in (tmp_path / "job" / MANIFEST).read_text()
 
 
 @pytest.mark.parametrize("storage", ["hdf5", "zarr"])

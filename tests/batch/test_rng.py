@@ -68,3 +68,23 @@ def test_bad_arguments_are_named():
         Rng(0, -1)
     with pytest.raises(ValueError, match="high must be greater"):
         Rng().integers(5, 5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_draws_are_made_in_float32_and_stay_in_range(dtype):
+    rng = Rng(0, 0)
+    u = rng.uniform((20_000,), dtype=dtype)
+    n = rng.normal((20_000,), dtype=dtype)
+    assert u.dtype == n.dtype == dtype
+    assert 0 <= u.min().item() and u.max().item() < 1 and abs(u.float().mean().item() - 0.5) < 0.01
+    assert torch.isfinite(n).all() and abs(n.float().std().item() - 1) < 0.03
+    assert rng.complex_normal((4,), dtype=torch.complex128).dtype == torch.complex128
+    with pytest.raises(ValueError, match=r"normal\(dtype=torch.int32\)"):
+        rng.normal(dtype=torch.int32)
+
+
+def test_integer_bounds_may_be_per_sample_tensors_under_vmap():
+    highs = torch.arange(2, 66)
+    keys = sample_keys(0, torch.arange(64))
+    draws = torch.func.vmap(lambda key, high: Rng.from_key(key).integers(0, high, (50,)))(keys, highs)
+    assert (draws >= 0).all() and (draws < highs[:, None]).all()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import operator
 import re
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten
 
+from trainmedic.batch.identity import function_digest
 from trainmedic.batch.params import Params, as_params
 from trainmedic.batch.shards import STORAGES, ShardStore
 from trainmedic.batch.sizing import Sizing, choose_batch_size, shard_size_for
@@ -101,15 +103,19 @@ def generate(
     columns = as_params(params)
     if format not in STORAGES:
         raise BatchError(f"format={format!r} is not a shard format; use one of {list(STORAGES)}.")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise BatchError(f"seed={seed!r} is a {type(seed).__name__}; expected an int.")
+    try:
+        if isinstance(seed, bool):
+            raise TypeError
+        seed = operator.index(seed)
+    except TypeError:
+        raise BatchError(f"seed={seed!r} is a {type(seed).__name__}; expected an int.") from None
     for name, value in (("batch_size", batch_size), ("shard_size", shard_size)):
         if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise BatchError(f"{name}={value!r}; expected a positive int or 'auto'.")
     vf = vectorize(fn)
     _check_arguments(vf, columns)
     target = _device(device)
-    job = _job(vf, columns, seed, keep_params)
+    job = _job(vf, columns, seed, keep_params, target)
     chosen: dict[str, Sizing] = {}
 
     def layout() -> tuple[int, int]:
@@ -126,6 +132,10 @@ def generate(
         else f"{store.batch_size} samples per call, {store.shard_size} per shard, as when the job began"
     )
     todo = store.missing()
+    if todo and vf.mode is None:
+        # A resumed job skipped the sizing probe: vmap or loop is settled here, outside the
+        # shards' seeded generator, so a shard's global draws match the uninterrupted run's.
+        _probe(vf, columns, target, seed)
     bar = _progress(progress)
     written = 0
     catcher = _catch_stop_signals()
@@ -146,6 +156,13 @@ def generate(
                 logger.warning(message)
                 raise Preempted(128 + catcher.received, message, step=stop, path=str(store.out))
         store.finish()
+        if catcher is not None and catcher.received is not None:
+            # Asked to stop during the last shard: the job is whole, and the process still stops
+            # rather than going on (into training, say) as if nothing had been asked.
+            catcher.saving = True
+            message = f"trainmedic: {catcher.name}: the job in {store.out} is complete; stopping as asked."
+            logger.warning(message)
+            raise Preempted(128 + catcher.received, message, step=columns.length, path=str(store.out))
     finally:
         bar.stop()
         if catcher is not None:
@@ -159,7 +176,7 @@ def generate(
         fields=list(store.manifest["fields"] or {}),
         batch_size=store.batch_size,
         shard_size=store.shard_size,
-        mode=vf.mode or VMAP,
+        mode=vf.mode or "not run (every shard was already written)",
         reason=vf.reason,
         shards=store.shard_count,
         shards_written=written,
@@ -215,7 +232,7 @@ def _named_outputs(output: Any, name: str) -> dict[str, np.ndarray]:
         if not _FIELD_NAME.match(key):
             raise BatchError(f"{name} returns an output named {key!r}; output names must be like identifiers (letters, digits, _).")
         leaves, _ = tree_flatten(value)
-        if len(leaves) != 1:
+        if len(leaves) != 1 or isinstance(value, (dict, list, tuple)):
             raise BatchError(f"{name}'s output {key!r} is nested; return a tensor, a tuple or a flat dict of tensors.")
         arrays[key] = _host(leaves[0])
     return arrays
@@ -247,12 +264,8 @@ def _shard_seed(seed: int, index: int) -> int:
 def _size(vf: Vectorized, columns: Params, batch_size: int | str, device: torch.device, seed: int) -> Sizing:
     """Run the first few samples for real (this settles vmap or loop and the outputs' sizes),
     then size the call: an int as given, or "auto" from memory."""
-    probe = min(_PROBE_SAMPLES, columns.length)
-    rows = columns.rows(0, probe)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        output = vf(**{k: _to_device(v, device, vf) for k, v in rows.items()}, seed=seed, start=0)
-    arrays = _named_outputs(output, vf.name)
-    output_bytes = sum(a.nbytes for a in arrays.values()) // probe
+    arrays = _probe(vf, columns, device, seed)
+    output_bytes = sum(a.nbytes for a in arrays.values()) // min(_PROBE_SAMPLES, columns.length)
     if batch_size != "auto":
         size = min(batch_size, columns.length)
         return Sizing(size, shard_size_for(size, output_bytes, columns.length), None, output_bytes, 0, f"{size} samples per call, as asked")
@@ -271,7 +284,22 @@ def _size(vf: Vectorized, columns: Params, batch_size: int | str, device: torch.
     return choose_batch_size(traced, repeated, output_bytes, columns.length, device)
 
 
+def _probe(vf: Vectorized, columns: Params, device: torch.device, seed: int) -> dict[str, np.ndarray]:
+    """The first few samples for real, outside any shard's seeded generator: settles vmap or loop
+    and shows the outputs' names, dtypes and sizes."""
+    rows = columns.rows(0, min(_PROBE_SAMPLES, columns.length))
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        output = vf(**{k: _to_device(v, device, vf) for k, v in rows.items()}, seed=seed, start=0)
+    return _named_outputs(output, vf.name)
+
+
 def _check_arguments(vf: Vectorized, columns: Params) -> None:
+    reserved = [name for name in columns.columns if name in ("seed", "start", "rng")]
+    if reserved:
+        raise BatchError(
+            f"params name {reserved}, which a batched call keeps for itself (the job's seed, the first sample's "
+            f"index, the per-sample random stream); rename them."
+        )
     try:
         signature = inspect.signature(vf.fn)
     except (TypeError, ValueError):
@@ -293,22 +321,19 @@ def _check_arguments(vf: Vectorized, columns: Params) -> None:
         raise BatchError(f"{vf.name} needs {missing}, which params does not give; add them, or bind them with functools.partial.")
 
 
-def _job(vf: Vectorized, columns: Params, seed: int, keep_params: bool) -> dict:
+def _job(vf: Vectorized, columns: Params, seed: int, keep_params: bool, device: torch.device) -> dict:
     """What makes two runs the same job: a re-run with any of it changed must not reuse shards."""
     fn = vf.fn
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        source = repr(code.co_code) if code is not None else repr(fn)
     return {
-        "function": f"{getattr(fn, '__module__', '?')}.{vf.name}",
-        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "function": f"{getattr(fn, '__module__', None) or type(fn).__module__}.{vf.name}",
+        "source_sha256": function_digest(fn),
         "params_sha256": columns.digest(),
         "params": columns.describe(),
         "samples": columns.length,
         "seed": seed,
         "keep_params": keep_params,
+        # The same code rounds differently on a GPU: a job begun on one is finished on one.
+        "device": device.type,
     }
 
 
@@ -321,6 +346,8 @@ def _device(device: Any) -> torch.device:
         raise BatchError(f"device={device!r} is not a device; use 'auto', 'cpu', 'cuda' or 'cuda:N'.") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise BatchError(f"device={device!r} but this machine has no CUDA device; use device='auto' or 'cpu'.")
+    if resolved.type not in ("cpu", "cuda"):
+        raise BatchError(f"device={device!r}: generate() runs on 'cpu' or 'cuda'.")
     return resolved
 
 
@@ -332,9 +359,10 @@ def _rows_in(store: ShardStore, index: int) -> int:
 def _catch_stop_signals():
     from trainmedic.guard.schedule import SignalCatcher
 
-    # SIGINT as well as SIGTERM: Ctrl+C at a terminal is how seed 001's users would cancel.
-    # The watchdog lets a second signal act at once if a shard takes far longer than expected.
-    catcher = SignalCatcher(("SIGINT", "SIGTERM"), grace=lambda: 600.0)
+    # SIGINT as well as SIGTERM: Ctrl+C at a terminal is how seed 001's users would cancel. A
+    # second signal a second or more after the first acts at once, as it would without trainmedic;
+    # the watchdog does the same if a shard takes ten minutes after the first.
+    catcher = SignalCatcher(("SIGINT", "SIGTERM"), grace=lambda: 600.0, repeat_window=1.0)
     return catcher if catcher.installed else None
 
 

@@ -47,7 +47,11 @@ class Params:
 def as_params(params: Any) -> Params:
     """Columns from a dict of sequences/arrays/tensors, or from a list of per-sample dicts."""
     if isinstance(params, Mapping):
-        columns = {str(name): _column(name, value) for name, value in params.items()}
+        columns = {}
+        for name, value in params.items():
+            if not isinstance(name, str):
+                raise BatchError(f"params has the key {name!r}, a {type(name).__name__}; parameter names are strings (the function's argument names).")
+            columns[name] = _column(name, value)
     elif isinstance(params, Sequence) and not isinstance(params, (str, bytes)) and params and all(isinstance(p, Mapping) for p in params):
         columns = _from_records(params)
     else:
@@ -99,7 +103,23 @@ def _from_records(records: Sequence[Mapping]) -> dict[str, Any]:
                 f"params[{i}] has keys {sorted(record)} but params[0] has {sorted(names)} "
                 f"(missing {missing}, extra {extra}); every sample needs the same parameters."
             )
-    return {str(name): _column(name, [record[name] for record in records]) for name in names}
+    for name in names:
+        if not isinstance(name, str):
+            raise BatchError(f"params[0] has the key {name!r}, a {type(name).__name__}; parameter names are strings.")
+    columns = {}
+    for name in names:
+        values = [record[name] for record in records]
+        if all(type(v).__module__.startswith("torch") and hasattr(v, "detach") for v in values):
+            import torch
+
+            try:
+                columns[name] = torch.stack([v.detach() for v in values])
+            except RuntimeError:
+                raise BatchError(f"params[i][{name!r}] has tensors of different shapes or devices; give each sample the same shape.") from None
+            continue
+        values = [v.detach().cpu().numpy() if type(v).__module__.startswith("torch") and hasattr(v, "detach") else v for v in values]
+        columns[name] = _column(name, values)
+    return columns
 
 
 def _single(name: Any, value: Any) -> BatchError:
@@ -111,6 +131,9 @@ def _single(name: Any, value: Any) -> BatchError:
 
 def _host(column: Any) -> np.ndarray:
     if type(column).__module__.startswith("torch"):
+        column = column.detach()
+        if str(column.dtype) == "torch.bfloat16":
+            column = column.float()  # NumPy has no bfloat16; the digest only needs the values
         return column.cpu().numpy()
     return np.asarray(column)
 

@@ -4,9 +4,12 @@
 generator, so a batch of 256 draws other numbers than 256 single calls, and any change of the
 batch size changes the data. Here each sample owns a stream keyed by ``(seed, index)``, and a
 draw is a pure function of that key and a counter (the counter-based design of JAX's keys and
-of Philox): ``splitmix64(key + counter)``, computed with int64 tensor ops. Under vmap the key
-is a batched tensor, so the same code draws every sample's numbers at once, bit for bit those
-of the per-sample call.
+of Philox): ``splitmix64(counter·G xor key)``, computed with int64 tensor ops. Under vmap the
+key is a batched tensor, so the same code draws every sample's numbers at once, bit for bit
+those of the per-sample call. The key is xor-ed, not added: with ``key + counter`` two samples
+whose keys differ by a multiple of G would draw shifted copies of one stream (likely once
+streams are millions of samples times thousands of draws); a single equal word under xor
+implies nothing about the next one.
 
 The counter advances in Python, once per draw call, so two calls in the same order draw the
 same numbers in the batched and per-sample runs; a draw inside data-dependent control flow
@@ -16,6 +19,7 @@ would differ, but vmap refuses such code anyway (the loop fallback then calls pe
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,11 +94,16 @@ class Rng:
             return torch.cos(2 * math.pi * freq * t) + 0.1 * rng.normal((256,))
 
     Draws follow the default dtype (float32) unless ``dtype`` says otherwise; float32 draws carry
-    24 random bits, float64 draws 53.
+    24 random bits (normals reach 5.8 sigma), float64 draws 53 (8.6 sigma). float16 and bfloat16
+    draws are made in float32 and rounded; ``complex_normal`` takes complex or real dtypes.
     """
 
     def __init__(self, seed: int = 0, index: int = 0, device: Any = "cpu") -> None:
-        if not isinstance(seed, int) or not isinstance(index, int) or index < 0:
+        try:
+            seed, index = operator.index(seed), operator.index(index)
+        except TypeError:
+            raise ValueError(f"Rng(seed={seed!r}, index={index!r}): expected an int seed and an int index >= 0.") from None
+        if index < 0:
             raise ValueError(f"Rng(seed={seed!r}, index={index!r}): expected an int seed and an int index >= 0.")
         self._key = sample_keys(seed, torch.tensor(index, device=device))
         self._counter = 0
@@ -115,33 +124,33 @@ class Rng:
         """``numel`` fresh 64-bit words in ``shape``; the counter moves past them."""
         shape = _as_shape(shape)
         count = math.prod(shape)
-        # (key + (counter + i)·G): the i·G part is the same for every draw of this size, so it is
-        # made once; a draw then costs one add before the mix (14 passes over the words -> 12).
-        offset = self._key + _signed(self._counter * _GOLDEN)
+        # ((counter + i)·G xor key): the i·G part is the same for every draw of this size, so it is
+        # made once (14 passes over the words -> 13).
+        steps = _weyl(count, self.device) + _signed(self._counter * _GOLDEN)
         self._counter += count
-        return _mix(_weyl(count, self.device) + offset).reshape(shape)
+        return _mix(steps ^ self._key).reshape(shape)
 
-    def _unit(self, shape: Sequence[int], dtype: torch.dtype | None) -> torch.Tensor:
-        """Uniform in [0, 1): the top 24 bits of a word (float32 and smaller) or 53 (float64)."""
-        dtype = dtype or torch.get_default_dtype()
+    def _unit(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """Uniform in [0, 1): the top 24 bits of a word (float32) or 53 (float64)."""
         bits = 53 if dtype == torch.float64 else 24
         return _shift_right(self._bits(shape), 64 - bits).to(dtype) * (2.0**-bits)
 
     def uniform(self, shape: Sequence[int] = (), low: float = 0.0, high: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Uniform in ``[low, high)``."""
-        return low + (high - low) * self._unit(shape, dtype)
+        want, work = _real_dtypes(dtype, "uniform")
+        return _cast(low + (high - low) * self._unit(shape, work), want, low, high)
 
     def normal(self, shape: Sequence[int] = (), mean: float = 0.0, std: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Gaussian draws: Box-Muller with both of its outputs used, so a pair of draws costs one
         64-bit word in float32 (two 24-bit uniforms) and two in float64."""
         shape = _as_shape(shape)
-        dtype = dtype or torch.get_default_dtype()
+        want, work = _real_dtypes(dtype, "normal")
         count = math.prod(shape)
-        u1, u2 = self._pair(((count + 1) // 2,), dtype)
+        u1, u2 = self._pair(((count + 1) // 2,), work)
         radius = torch.sqrt(-2.0 * torch.log(u1))
         angle = (2.0 * math.pi) * u2
         draws = torch.cat((radius * torch.cos(angle), radius * torch.sin(angle)), dim=-1)
-        return mean + std * draws[..., :count].reshape(shape)
+        return (mean + std * draws[..., :count].reshape(shape)).to(want)
 
     def _pair(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Two uniforms per position: u1 in (0, 1] (log() of it is finite), u2 in [0, 1)."""
@@ -158,15 +167,40 @@ class Rng:
         """Circularly symmetric complex Gaussian, E|z|² = std² (Rayleigh fading, complex AWGN):
         Box-Muller's radius and angle are the draw's modulus and phase, one word per value."""
         shape = _as_shape(shape)
-        dtype = dtype or torch.get_default_dtype()
-        u1, u2 = self._pair(shape, dtype)
+        if dtype is not None and dtype.is_complex:
+            dtype = torch.float64 if dtype == torch.complex128 else torch.float32
+        want, work = _real_dtypes(dtype, "complex_normal")
+        u1, u2 = self._pair(shape, work)
+        # 16-bit dtypes give complex64: complex32 is experimental in torch and has no bfloat16 twin.
+        del want
         return torch.polar(std * torch.sqrt(-torch.log(u1)), (2.0 * math.pi) * u2)
 
     def integers(self, low: int, high: int, shape: Sequence[int] = ()) -> torch.Tensor:
         """Integers in ``[low, high)`` (int64), from 53-bit uniforms: unbiased to 2⁻⁵³·(high-low)."""
-        if high <= low:
+        # Bounds may be per-sample tensors (checked by the caller then): only numbers are checked
+        # here, or a tensor comparison would read as data-dependent control flow under vmap.
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)) and high <= low:
             raise ValueError(f"integers(low={low}, high={high}): high must be greater than low.")
         return low + torch.floor(self._unit(shape, torch.float64) * (high - low)).to(torch.int64)
+
+
+def _real_dtypes(dtype: torch.dtype | None, method: str) -> tuple[torch.dtype, torch.dtype]:
+    """(the dtype asked for, the one drawn in): 16-bit floats are drawn in float32 and rounded,
+    since 2⁻²⁴ steps underflow or round to 1.0 in them."""
+    dtype = dtype or torch.get_default_dtype()
+    if dtype in (torch.float32, torch.float64):
+        return dtype, dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        return dtype, torch.float32
+    raise ValueError(f"{method}(dtype={dtype}): draws are float16, bfloat16, float32 or float64 (complex for complex_normal).")
+
+
+def _cast(values: torch.Tensor, dtype: torch.dtype, low: float, high: float) -> torch.Tensor:
+    if values.dtype == dtype:
+        return values
+    # Rounding to 16 bits can land on `high`; [low, high) is kept by stepping back one ulp.
+    rounded = values.to(dtype)
+    return torch.where(rounded >= high, torch.nextafter(torch.tensor(high, dtype=dtype), torch.tensor(low, dtype=dtype)), rounded)
 
 
 def _as_shape(shape: Sequence[int] | int) -> tuple[int, ...]:

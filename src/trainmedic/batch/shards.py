@@ -165,6 +165,8 @@ class ShardStore:
             raise BatchError(f"out={str(self.out)!r} is a file; give a folder (new or empty) for the shards.")
         manifest = read_manifest(self.out)
         if manifest is None:
+            # A writer killed during the very first manifest write leaves only its temporary file.
+            self._clean_leftovers()
             others = sorted(p.name for p in self.out.iterdir())
             if others:
                 raise BatchError(

@@ -17,9 +17,9 @@ in calls of 256 and 2,162 µs in calls of 2,048 on the 2-core dev VM, and at eve
 (benchmarks/batch_generate.py). So a CPU call is kept to 1.5x the last-level cache. A GPU wants
 the largest call that fits.
 
-A shard (one file of the output) holds several calls: about SHARD_BYTES of output, so that a
-job of millions of samples is thousands of files, not millions, and a stop waits for at most
-one shard.
+A shard (one file of the output) holds several calls: about SHARD_BYTES of output and at most
+MAX_CALLS_PER_SHARD calls, so that a job of millions of samples is thousands of files, not
+millions, and a stop waits for at most one shard.
 """
 
 from __future__ import annotations
@@ -39,7 +39,13 @@ SHARD_BYTES = 64 * 1024 * 1024
 CACHE_SHARE = 1.5
 DEFAULT_CPU_WORKING_SET = 48 * 1024 * 1024
 MEMORY_SHARE = 0.5
+#: Samples per call of a function that runs one sample at a time: each keeps Python objects
+#: per output (~730 bytes for a 0-d tensor), and the loop gains nothing from longer calls.
+LOOP_CALL = 1024
+#: Calls per shard at most: a stop, a resume and the progress bar move at least this often.
+MAX_CALLS_PER_SHARD = 64
 _TRACE_SIZES = (8, 64)
+_UNTRACED_FACTOR = 8
 
 
 @dataclass(frozen=True)
@@ -68,26 +74,35 @@ def choose_batch_size(
     batched function on a dict of columns (None for a function that runs sample by sample:
     only its outputs pile up)."""
     budget = int(_free_bytes(device) * MEMORY_SHARE)
-    per_sample = _traced_bytes_per_sample(call, rows, device) if call is not None else None
     held = max(1, output_bytes_per_sample)
     limits = {"its outputs in one shard": SHARD_BYTES // held}
     where = "RAM" if device.type == "cpu" else "GPU memory"
-    if per_sample is not None:
-        limits[f"{_mib(per_sample)} a sample in half the free {where}"] = budget // per_sample
-        if device.type == "cpu":
-            working_set = cpu_working_set()
-            limits[f"{_mib(per_sample)} a sample in a {_mib(working_set)} CPU working set"] = working_set // per_sample
-    else:
+    if call is None:
         limits[f"outputs in half the free {where}"] = budget // held
+        limits["a function run one sample at a time"] = LOOP_CALL
+        return _sizing(limits, samples, None, output_bytes_per_sample, budget)
+    per_sample = _traced_bytes_per_sample(call, rows, device)
+    label = f"{_mib(per_sample)} a sample" if per_sample is not None else f"{_UNTRACED_FACTOR}x its output a sample (untraced)"
+    # An op fake tensors cannot run leaves the memory untraced: the outputs, times a margin for
+    # temporaries, stand in, so the working-set rule still holds.
+    cost = per_sample if per_sample is not None else held * _UNTRACED_FACTOR
+    limits[f"{label} in half the free {where}"] = budget // cost
+    if device.type == "cpu":
+        working_set = cpu_working_set()
+        limits[f"{label} in a {_mib(working_set)} CPU working set"] = working_set // cost
+    return _sizing(limits, samples, per_sample, output_bytes_per_sample, budget)
+
+
+def _sizing(limits: dict[str, int], samples: int, per_sample: int | None, output_bytes: int, budget: int) -> Sizing:
     binding = min(limits, key=limits.get)
     size = _round(min(samples, limits[binding]), samples)
     why = f"{size} samples per call: all {samples}" if size == samples else f"{size} samples per call ({binding})"
-    return Sizing(size, shard_size_for(size, output_bytes_per_sample, samples), per_sample, output_bytes_per_sample, budget, why)
+    return Sizing(size, shard_size_for(size, output_bytes, samples), per_sample, output_bytes, budget, why)
 
 
 def shard_size_for(batch_size: int, output_bytes_per_sample: int, samples: int) -> int:
-    """Whole calls per shard, about SHARD_BYTES of output (at least one call)."""
-    calls = max(1, SHARD_BYTES // max(1, output_bytes_per_sample * batch_size))
+    """Whole calls per shard: about SHARD_BYTES of output, 1 to MAX_CALLS_PER_SHARD calls."""
+    calls = min(MAX_CALLS_PER_SHARD, max(1, SHARD_BYTES // max(1, output_bytes_per_sample * batch_size)))
     return min(samples, calls * batch_size)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import linecache
+import operator
 import traceback
 import warnings
 from collections.abc import Callable
@@ -41,6 +42,7 @@ _VMAP_LIMITS = (
     (".item()", "a .item() call", "keep the value a tensor (no .item(), float() or int() on it)"),
     ("dynamic shape", "an output whose shape depends on the values", "use fixed shapes (torch.where with a fill value) instead of a boolean mask"),
     ("doesn't have storage", "NumPy or another library that reads the tensor's memory", "write it with torch ops"),
+    ("has no attribute 'astype'", "NumPy code (NumPy has no vmap)", "write it with torch ops"),
     ("inplace arithmetic", "an in-place write into a tensor made outside the function", "make the result a new tensor"),
 )
 _RANDOMNESS = "randomness error mode"
@@ -64,6 +66,12 @@ class Vectorized:
         self.fn = fn
         self.name = _name(fn)
         self.takes_rng = _takes(fn, "rng")
+        for reserved in ("seed", "start"):
+            if _takes(fn, reserved):
+                raise BatchError(
+                    f"{self.name} has an argument named {reserved!r}, which a batched call keeps for itself "
+                    f"(the job's seed and the index of the first sample); rename that argument."
+                )
         self.mode: str | None = None
         self.reason: str | None = None
         self.notes: list[str] = []
@@ -72,6 +80,7 @@ class Vectorized:
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, seed: int = 0, start: int = 0, **kwargs: Any) -> Any:
+        seed, start = _whole("seed", seed), _whole("start", start)
         size = batch_length(args, kwargs, self.name)
         if self.mode == LOOP:
             return self._loop(args, kwargs, size, seed, start)
@@ -125,9 +134,9 @@ class Vectorized:
         return torch.func.vmap(one_sample, randomness="different")(keys, args, kwargs)
 
     def _loop(self, args: tuple, kwargs: dict, size: int, seed: int, start: int) -> Any:
-        if not self._numpy:
-            args = tuple(_as_tensor(a, f"argument {i}") for i, a in enumerate(args))
-            kwargs = {k: _as_tensor(v, f"argument {k!r}") for k, v in kwargs.items()}
+        convert = _as_numpy if self._numpy else _as_tensor
+        args = tuple(convert(a, f"argument {i}") for i, a in enumerate(args))
+        kwargs = {k: convert(v, f"argument {k!r}") for k, v in kwargs.items()}
         outputs = [
             self.one(start + i, *(a[i] for a in args), seed=seed, **{k: v[i] for k, v in kwargs.items()})
             for i in range(size)
@@ -142,13 +151,24 @@ class Vectorized:
             if text in message:
                 why, fix = meaning, remedy
                 break
-        if _numpy_frame(exc) or (why is None and self._runs_on_numpy_rows(args, kwargs, seed, start)):
+        numpy = _numpy_frame(exc)
+        if not numpy and (why is None or why.startswith("NumPy")):
+            # Not one of vmap's limits that tensor code hits: run the first sample alone. If it
+            # runs on tensors, vmap is to blame; if only on NumPy values, it is NumPy code (which
+            # may fail on a tensor before NumPy is entered: `np.arange(4) * freq`); if neither,
+            # the error is the function's own and is raised as a per-sample call raises it.
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # NumPy's complaints about tensors it was handed
+                    self._loop(_rows(args, 1), _rows(kwargs, 1), 1, seed, start)
+            except Exception:
+                if not self._runs_on_numpy_rows(args, kwargs, seed, start):
+                    raise
+                numpy = True
+        if numpy:
             self._numpy = True
             why, fix = "NumPy code (NumPy has no vmap)", "write it with torch ops"
-        if why is None:
-            # Not one of vmap's known limits: if the first sample alone fails too, the error is the
-            # function's own and is raised as a per-sample call raises it; otherwise vmap is to blame.
-            self._loop(_rows(args, 1), _rows(kwargs, 1), 1, seed, start)
+        elif why is None:
             why, fix = f"it ({type(exc).__name__}: {message.splitlines()[0] if message else ''})", "see that message"
         self.mode = LOOP
         self.reason = f"{self.name} runs one sample at a time: vmap cannot batch {why}{frame}; to batch it, {fix}"
@@ -157,10 +177,8 @@ class Vectorized:
     def _runs_on_numpy_rows(self, args: tuple, kwargs: dict, seed: int, start: int) -> bool:
         """Whether the first sample, given as NumPy values, runs: NumPy code such as
         ``np.arange(4) * freq`` fails on a tensor before NumPy is ever entered."""
-        if not any(isinstance(v, np.ndarray) for v in [*args, *kwargs.values()]):
-            return False
-        first_args = tuple(np.asarray(a)[0] for a in args)
-        first_kwargs = {k: np.asarray(v)[0] for k, v in kwargs.items()}
+        first_args = tuple(_as_numpy(a, "")[0] for a in args)
+        first_kwargs = {k: _as_numpy(v, "")[0] for k, v in kwargs.items()}
         try:
             self.one(start, *first_args, seed=seed, **first_kwargs)
         except Exception:  # noqa: BLE001 - not NumPy code after all: the tensor error stands
@@ -255,6 +273,20 @@ def _as_tensor(value: Any, label: str) -> torch.Tensor:
         return torch.as_tensor(np.asarray(value))
     except (TypeError, ValueError, RuntimeError) as exc:
         raise BatchError(f"{label} cannot become a tensor ({exc}); give numbers, arrays or tensors.") from None
+
+
+def _as_numpy(value: Any, label: str) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        return (value.float() if value.dtype == torch.bfloat16 else value).cpu().numpy()
+    return np.asarray(value)
+
+
+def _whole(name: str, value: Any) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise BatchError(f"{name}={value!r} is a {type(value).__name__}; expected an int.") from None
 
 
 def _device_of(args: Any, kwargs: dict) -> torch.device:

@@ -148,8 +148,13 @@ class SignalCatcher:
     #: The handler each signal had before trainmedic's, while any catcher listens to it.
     _original: dict[int, Any] = {}
 
-    def __init__(self, names: str | tuple[str, ...] | list[str], grace: Callable[[], float] = lambda: 30.0) -> None:
+    def __init__(
+        self, names: str | tuple[str, ...] | list[str], grace: Callable[[], float] = lambda: 30.0, repeat_window: float = REPEAT_WINDOW_S
+    ) -> None:
         self.received: int | None = None
+        #: A repeat within this many seconds is the same request (a scheduler signalling every
+        #: process of a group); a person pressing Ctrl+C twice means now, so generate() uses ~1 s.
+        self.repeat_window = repeat_window
         self.saving = False  # set by the Checkpointer when the save the signal asked for starts
         self._first_at = 0.0
         self._grace = grace
@@ -181,7 +186,7 @@ class SignalCatcher:
             timer.daemon = True
             timer.start()
             return
-        if listening and now - min(c._first_at for c in listening) < REPEAT_WINDOW_S:
+        if listening and now - min(c._first_at for c in listening) < min(c.repeat_window for c in listening):
             return
         # Asked again later (or every catcher was collected without closing): the user or the
         # scheduler means now. Hand the signal to whoever had it before trainmedic (the default

@@ -64,3 +64,20 @@ def test_a_manifest_that_is_not_json_is_named(tmp_path):
     (tmp_path / "trainmedic-batch.json").write_text("{half")
     with pytest.raises(SourceError, match="cannot be read as a trainmedic.batch manifest"):
         data.load(tmp_path, progress=False)
+
+
+def test_a_job_of_more_shards_than_file_descriptors_reads(tmp_path):
+    import subprocess
+    import sys
+
+    batch.generate(sample, {"k": np.arange(300, dtype=np.float32)}, out=tmp_path / "job", batch_size=2, shard_size=2, progress=False)
+    # 150 shards x 3 fields = 450 memory-mapped files, against a limit of 256 descriptors.
+    code = (
+        "import resource, sys, numpy as np; resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)); "
+        "from trainmedic import data; "
+        "loader = data.load(sys.argv[1], fields=['x'], batch_size=300, shuffle=True, tier='stream', progress=False); "
+        "(x,) = next(iter(loader)); print(tuple(x.shape))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "job")], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(300, 6)"

@@ -3,11 +3,16 @@
 Each shard is opened with the source of its format (a folder of ``.npy`` files, an HDF5 file,
 a Zarr store) and the manifest says which rows it holds; a read of arbitrary rows is split at
 the shard boundaries, so the ``stream`` tier serves a job larger than RAM without a copy.
+
+Shards are opened when read and at most OPEN_SHARDS stay open: every memory-mapped ``.npy``
+keeps a file descriptor, and a job of thousands of shards would exhaust the process's limit
+(1,024 by default) if all were open at once.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +23,8 @@ from trainmedic.data.sources.base import Source, check_request, select_fields
 from trainmedic.errors import SourceError
 
 __all__ = ["ShardedSource", "is_shard_folder"]
+
+OPEN_SHARDS = 32
 
 
 def is_shard_folder(path: Path) -> bool:
@@ -47,24 +54,47 @@ class ShardedSource(Source):
             )
         self._manifest_text = (self.path / MANIFEST).read_bytes()
         entries = manifest["shards"]
-        self._shards = [open_source(self.path / entry["name"], fields) for entry in entries]
+        self._entries = entries
+        self._fields = fields
+        self._open: OrderedDict[int, Source] = OrderedDict()
         self._starts = np.array([entry["start"] for entry in entries] + [entries[-1]["stop"]], dtype=np.int64)
-        first = self._shards[0]
-        self.specs = select_fields({s.name: s for s in first.specs}, fields, self.description)
-        self.length = int(manifest["samples"])
-        for shard, entry in zip(self._shards, entries):
-            if shard.length != entry["stop"] - entry["start"] or shard.specs != first.specs:
+        first_specs = None
+        for index, entry in enumerate(entries):
+            shard = open_source(self.path / entry["name"], fields)
+            if first_specs is None:
+                first_specs = shard.specs
+            if shard.length != entry["stop"] - entry["start"] or shard.specs != first_specs:
                 raise SourceError(
                     f"shard {entry['name']!r} of {self.description!r} does not match its manifest entry "
                     f"(rows {entry['start']}..{entry['stop']}); delete the folder and generate it again."
                 )
+            self._keep(index, shard)
+        self.specs = select_fields({s.name: s for s in first_specs}, fields, self.description)
+        self.length = int(manifest["samples"])
+
+    def _shard(self, index: int) -> Source:
+        shard = self._open.get(index)
+        if shard is None:
+            from trainmedic.data.sources import open_source
+
+            shard = open_source(self.path / self._entries[index]["name"], self._fields)
+            self._keep(index, shard)
+        else:
+            self._open.move_to_end(index)
+        return shard
+
+    def _keep(self, index: int, shard: Source) -> None:
+        self._open[index] = shard
+        while len(self._open) > OPEN_SHARDS:
+            _, oldest = self._open.popitem(last=False)
+            oldest.close()
 
     def fingerprint(self) -> str:
         return f"shards:{self.path.resolve()}:{hashlib.sha256(self._manifest_text).hexdigest()}"
 
     def iter_chunks(self, rows: int) -> Iterator[dict[str, np.ndarray]]:
-        for shard in self._shards:
-            for chunk in shard.iter_chunks(rows):
+        for index in range(len(self._entries)):
+            for chunk in self._shard(index).iter_chunks(rows):
                 yield {spec.name: chunk[spec.name] for spec in self.specs}
 
     def read(self, field: str, indices: np.ndarray, out: np.ndarray) -> None:
@@ -72,11 +102,12 @@ class ShardedSource(Source):
         check_request(spec, indices, out, self.length, self.description)
         # indices are sorted: each shard's rows are one contiguous slice of them.
         cuts = np.searchsorted(indices, self._starts)
-        for shard_index, shard in enumerate(self._shards):
+        for shard_index in range(len(self._entries)):
             a, b = int(cuts[shard_index]), int(cuts[shard_index + 1])
             if a < b:
-                shard.read(field, indices[a:b] - self._starts[shard_index], out[a:b])
+                self._shard(shard_index).read(field, indices[a:b] - self._starts[shard_index], out[a:b])
 
     def close(self) -> None:
-        for shard in self._shards:
+        while self._open:
+            _, shard = self._open.popitem()
             shard.close()
