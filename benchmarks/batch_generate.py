@@ -10,6 +10,8 @@ Arms, interleaved per round, order rotated, medians reported (samples/s):
   torch's global generator (the user's code before trainmedic: the fastest per-sample form);
 * ``loop_rng``: the same loop with the per-sample ``rng`` streams (what ``vectorize`` reproduces);
 * ``vectorize``: ``batch.vectorize(fn)`` called in chunks of the size ``generate`` picks;
+* ``vectorize_global``: the same for the global-generator function (vmap's
+  ``randomness="different"``): batching alone, without reproducible per-sample draws;
 * ``generate``: the whole ``batch.generate`` job, shards written (fsync'ed) to a temporary folder.
 
 The speedup is against ``loop``, the faster baseline. The goal (8x, seed 001's) is for the
@@ -116,6 +118,7 @@ def main() -> int:
             "loop": functools.partial(time_loop, fn_global, cols, args.loop_samples, with_rng=False),
             "loop_rng": functools.partial(time_loop, fn, cols, args.loop_samples, with_rng=True),
             "vectorize": functools.partial(time_vectorized, fn, cols, args.samples, call),
+            "vectorize_global": functools.partial(time_vectorized, fn_global, cols, args.samples, call),
             "generate": functools.partial(lambda f: time_generate(f, params)[0], fn),
         }
         rates: dict[str, list[float]] = {name: [] for name in arms}
@@ -137,16 +140,22 @@ def main() -> int:
                 "samples_per_s_all": rates,
                 "speedup_vectorize_vs_loop": median["vectorize"] / median["loop"],
                 "speedup_generate_vs_loop": median["generate"] / median["loop"],
+                "speedup_vectorize_global_vs_loop": median["vectorize_global"] / median["loop"],
+                "speedup_vectorize_vs_loop_rng": median["vectorize"] / median["loop_rng"],
                 "call_size_sweep_samples_per_s": sweep,
                 "max_relative_difference_batched_vs_per_sample": agreement(fn, cols),
             }
         )
-    print(f"{'IQ length':>9} {'loop/s':>8} {'loop+rng/s':>10} {'vectorize/s':>11} {'generate/s':>10} {'call':>5} {'x vec':>6} {'x gen':>6}")
+    print(
+        f"{'IQ length':>9} {'loop/s':>8} {'loop+rng/s':>10} {'vectorize/s':>11} {'vec global/s':>12} {'generate/s':>10} "
+        f"{'call':>5} {'x vec':>6} {'x glob':>6} {'x gen':>6}"
+    )
     for row in rows:
         m = row["samples_per_s"]
         print(
-            f"{row['iq_length']:>9} {m['loop']:>8.0f} {m['loop_rng']:>10.0f} {m['vectorize']:>11.0f} {m['generate']:>10.0f} "
-            f"{row['auto_call_size']:>5} {row['speedup_vectorize_vs_loop']:>6.1f} {row['speedup_generate_vs_loop']:>6.1f}"
+            f"{row['iq_length']:>9} {m['loop']:>8.0f} {m['loop_rng']:>10.0f} {m['vectorize']:>11.0f} {m['vectorize_global']:>12.0f} "
+            f"{m['generate']:>10.0f} {row['auto_call_size']:>5} {row['speedup_vectorize_vs_loop']:>6.1f} "
+            f"{row['speedup_vectorize_global_vs_loop']:>6.1f} {row['speedup_generate_vs_loop']:>6.1f}"
         )
     for row in rows:
         sweep = ", ".join(f"{k}: {v:.0f}" for k, v in row["call_size_sweep_samples_per_s"].items())

@@ -62,15 +62,16 @@ _WEYL: dict[tuple[int, str], torch.Tensor] = {}
 _WEYL_MAX = 1 << 16
 
 
-def _weyl(count: int, device: torch.device) -> torch.Tensor:
-    """``arange(count) * golden`` (wrapping), cached per size and device: a per-sample function
-    draws the same sizes call after call. Large draws and fake tensors (a traced call) are not kept."""
-    key = (count, str(device))
+def _weyl(start: int, count: int, device: torch.device) -> torch.Tensor:
+    """``arange(start, start + count) * golden`` (wrapping), cached per range and device: a
+    per-sample function makes the same draws, at the same counters, call after call, so a draw
+    costs one xor before the mix. Large draws and fake tensors (a traced call) are not kept."""
+    key = (start, count, str(device))
     steps = _WEYL.get(key)
     if steps is None:
-        steps = torch.arange(count, dtype=torch.int64, device=device) * _GOLDEN
+        steps = torch.arange(start, start + count, dtype=torch.int64, device=device) * _GOLDEN
         if count <= _WEYL_MAX and type(steps) is torch.Tensor:
-            if len(_WEYL) >= 64:
+            if len(_WEYL) >= 256:
                 _WEYL.clear()
             _WEYL[key] = steps
     return steps
@@ -124,9 +125,7 @@ class Rng:
         """``numel`` fresh 64-bit words in ``shape``; the counter moves past them."""
         shape = _as_shape(shape)
         count = math.prod(shape)
-        # ((counter + i)·G xor key): the i·G part is the same for every draw of this size, so it is
-        # made once (14 passes over the words -> 13).
-        steps = _weyl(count, self.device) + _signed(self._counter * _GOLDEN)
+        steps = _weyl(self._counter, count, self.device)
         self._counter += count
         return _mix(steps ^ self._key).reshape(shape)
 
