@@ -158,3 +158,25 @@ def test_auto_batch_size_keeps_a_cpu_call_in_its_working_set(tmp_path):
     traced = sizing.cpu_working_set() // result.batch_size
     assert 1.0 * 2**20 < traced < 4 * 2**20  # the traced peak per sample, roughly what the function holds
     assert result.shard_size % result.batch_size == 0 or result.shard_size == 200
+
+
+def test_a_full_disk_is_named_and_the_shards_before_it_stay_intact(tmp_path):
+    assert run_job(tmp_path / "job", stop_after=30, signame="SIGTERM").returncode == 128 + signal.SIGTERM
+    before = files(tmp_path / "job")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(SRC)])}
+    done = subprocess.run(
+        [sys.executable, str(HERE / "diskfull_job.py"), str(tmp_path / "job"), str(16 * 1024)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "writing shard 1 (samples 40..79)" in done.stdout and "the 1 shards written before it are intact" in done.stdout
+    assert files(tmp_path / "job") == before  # nothing half-written left behind, the manifest as it was
+    assert run_job(tmp_path / "job").returncode == 0
+    assert run_job(tmp_path / "whole").returncode == 0
+    assert files(tmp_path / "job") == files(tmp_path / "whole")
+
+
+def test_an_unwritable_folder_is_named(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BatchError, match=r"out=.*file/job' cannot be written"):
+        batch.generate(tone, params(4), out=tmp_path / "file" / "job", progress=False)

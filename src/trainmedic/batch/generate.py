@@ -53,10 +53,11 @@ class Generated:
     out: Path
     samples: int
     fields: list[str]
+    #: Samples per batched call.
     batch_size: int
-    #: "vmap" (one call per shard) or "loop" (sample by sample; ``reason`` says why).
     #: Samples per shard file (whole calls).
     shard_size: int
+    #: "vmap" (one call per batch) or "loop" (sample by sample; ``reason`` says why).
     mode: str
     reason: str | None
     shards: int

@@ -93,8 +93,13 @@ class ShardStore:
                 "shards": [],
                 "complete": False,
             }
-            self.out.mkdir(parents=True, exist_ok=True)
-            self._write_manifest()
+            try:
+                self.out.mkdir(parents=True, exist_ok=True)
+                self._write_manifest()
+            except OSError as exc:
+                raise BatchError(
+                    f"out={str(self.out)!r} cannot be written ({exc.strerror or exc}); give a folder this process can write."
+                ) from exc
         self._clean_leftovers()
 
     @property
@@ -144,17 +149,32 @@ class ShardStore:
             if final.exists():  # written before a kill, never listed: same job, same content
                 _remove(final)
             os.replace(tmp, final)
+            fsync_dir(self.out)
+            entry = {"index": index, "name": final.name, "start": start, "stop": stop, "bytes": _sizes(final)}
+            shards = sorted([e for e in self.manifest["shards"] if e["index"] != index] + [entry], key=lambda e: e["index"])
+            self._write_manifest({**self.manifest, "shards": shards})
+        except OSError as exc:
+            # A full disk (or quota, or a file-size limit): the listed shards and the manifest are
+            # as they were, and the half-written shard is gone.
+            raise BatchError(
+                f"writing shard {index} (samples {start}..{stop - 1}) to {str(self.out)!r} failed: {exc.strerror or exc}; "
+                f"the {len(self.manifest['shards'])} shards written before it are intact. Free space and run the same "
+                f"call again to resume."
+            ) from exc
         finally:
             _remove(tmp)
-        fsync_dir(self.out)
-        entry = {"index": index, "name": final.name, "start": start, "stop": stop, "bytes": _sizes(final)}
-        self.manifest["shards"] = sorted([e for e in self.manifest["shards"] if e["index"] != index] + [entry], key=lambda e: e["index"])
-        self._write_manifest()
+        self.manifest["shards"] = shards
 
     def finish(self) -> None:
         if not self.manifest["complete"] and not self.missing():
+            try:
+                self._write_manifest({**self.manifest, "complete": True})
+            except OSError as exc:
+                raise BatchError(
+                    f"every shard is in {str(self.out)!r} but its manifest could not be marked complete "
+                    f"({exc.strerror or exc}); free space and run the same call again."
+                ) from exc
             self.manifest["complete"] = True
-            self._write_manifest()
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -188,12 +208,12 @@ class ShardStore:
         path = self.out / entry["name"]
         return path.exists() and _sizes(path) == entry["bytes"]
 
-    def _write_manifest(self) -> None:
+    def _write_manifest(self, manifest: dict | None = None) -> None:
         path = self.out / MANIFEST
         tmp = self.out / f"{_TMP}{MANIFEST}-{socket.gethostname()}-{os.getpid()}"
         try:
             with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self.manifest, f, indent=1, sort_keys=True)
+                json.dump(self.manifest if manifest is None else manifest, f, indent=1, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
