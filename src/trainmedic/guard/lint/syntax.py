@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 N = TypeVar("N", bound=ast.AST)
 
@@ -95,7 +96,7 @@ def is_rate_limit(test: ast.AST) -> bool:
         if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq) for op in node.ops):
             sides = [node.left, *node.comparators]
             if all(string_value(side) is None for side in sides) and not any(
-                _IDENTITY_WORDS.search(word) for side in sides for word in _words(side)
+                _IDENTITY_WORDS.search(word) for side in sides for word in words_in(side)
             ):
                 return True
         word = last_name(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
@@ -104,12 +105,15 @@ def is_rate_limit(test: ast.AST) -> bool:
     return False
 
 
-def _words(expr: ast.AST) -> Iterator[str]:
+def words_in(expr: ast.AST, strings: bool = False) -> Iterator[str]:
+    """The names and attribute names in ``expr`` (and its string constants with ``strings``)."""
     for node in ast.walk(expr):
         if isinstance(node, ast.Name):
             yield node.id
         elif isinstance(node, ast.Attribute):
             yield node.attr
+        elif strings and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value
 
 
 def source_order(nodes: Iterable[N]) -> list[N]:

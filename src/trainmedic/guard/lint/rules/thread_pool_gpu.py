@@ -16,6 +16,7 @@ from trainmedic.guard.lint.syntax import (
     names_bound_in,
     names_in,
     string_value,
+    words_in,
 )
 
 #: Thread pools only: a process pool gives each worker its own CUDA context, another problem.
@@ -138,7 +139,7 @@ def _gpu_work(context: ModuleContext, functions: list[ast.AST]) -> ast.Call | No
                 return None
             for node in sorted(context.walk_scope(function), key=_position):
                 if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and any(
-                    _LOADER_NAME.search(word) for word in _words(node.iter)
+                    _LOADER_NAME.search(word) for word in words_in(node.iter, strings=True)
                 ):
                     return None
                 if not isinstance(node, ast.Call):
@@ -158,23 +159,13 @@ def _position(node: ast.AST) -> tuple[int, int]:
     return getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
 
 
-def _words(expr: ast.AST) -> Iterator[str]:
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Name):
-            yield node.id
-        elif isinstance(node, ast.Attribute):
-            yield node.attr
-        elif (text := string_value(node)) is not None:
-            yield text
-
-
 def _per_item(context: ModuleContext, call: ast.Call, method: str) -> str | None:
     """Where the pool gets one task per sample: a map over items, or a submit in a loop (or a
     comprehension) whose iterations submit different arguments. None when the items are GPUs,
     epochs, folds or experiments."""
     if method in _MAP:
         items = argument(call, 1, "iterable")
-        if items is None or not _samples(list(_words(items))):
+        if items is None or not _samples(list(words_in(items, strings=True))):
             return None
         return f"over `{ast.unparse(items)}`"
     submitted = [*call.args[1:], *(kw.value for kw in call.keywords)]
@@ -195,7 +186,7 @@ def _per_item(context: ModuleContext, call: ast.Call, method: str) -> str | None
             child = ancestor
             continue
         varies = any(names_in(arg) & fresh for arg in submitted)
-        if varies and _samples([*_words(iterable), *fresh]):
+        if varies and _samples([*words_in(iterable, strings=True), *fresh]):
             if isinstance(ancestor, ast.While):
                 return f"in the `while {ast.unparse(iterable)}` loop (line {ancestor.lineno})"
             return f"in the {loop} over `{ast.unparse(iterable)}` (line {ancestor.lineno})"
