@@ -135,3 +135,14 @@ def nested(freq, snr_db):
 def test_nested_outputs_are_named(tmp_path):
     with pytest.raises(BatchError, match="output 'a' is nested"):
         batch.generate(nested, params(4), out=tmp_path / "n", progress=False)
+
+
+def positional_only(freq, /, snr_db):
+    return freq
+
+
+def test_positional_only_arguments_and_odd_devices_are_named(tmp_path):
+    with pytest.raises(BatchError, match=r"takes \['freq'\] by position only"):
+        batch.generate(positional_only, params(4), out=tmp_path / "a", progress=False)
+    with pytest.raises(BatchError, match="device='meta'"):
+        batch.generate(tone, params(4), out=tmp_path / "b", device="meta", progress=False)

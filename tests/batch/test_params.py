@@ -35,3 +35,11 @@ def test_a_dict_of_columns_and_a_list_of_records_give_the_same_params():
 def test_bad_params_are_named(params, message):
     with pytest.raises(BatchError, match=message):
         as_params(params)
+
+
+def test_tensor_records_and_bfloat16_columns_become_params():
+    records = as_params([{"w": torch.ones(2, requires_grad=True)}, {"w": torch.zeros(2, requires_grad=True)}])
+    assert records.columns["w"].shape == (2, 2) and not records.columns["w"].requires_grad
+    assert len(as_params({"a": torch.ones(3, dtype=torch.bfloat16)}).digest()) == 64
+    with pytest.raises(BatchError, match="the key 1, a int"):
+        as_params({1: [1.0, 2.0]})

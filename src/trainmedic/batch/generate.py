@@ -305,6 +305,12 @@ def _check_arguments(vf: Vectorized, columns: Params) -> None:
         signature = inspect.signature(vf.fn)
     except (TypeError, ValueError):
         return
+    positional = [n for n, p in signature.parameters.items() if p.kind == p.POSITIONAL_ONLY]
+    if positional:
+        raise BatchError(
+            f"{vf.name} takes {positional} by position only, but generate() passes each param by its name; "
+            f"make them ordinary arguments (drop the '/')."
+        )
     accepts_any = any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values())
     names = set(signature.parameters)
     unknown = [n for n in columns.columns if n not in names and not accepts_any]
