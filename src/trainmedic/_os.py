@@ -1,9 +1,22 @@
-"""Small operating-system helpers shared by the data cache, the checkpoint store and the reports."""
+"""Small operating-system helpers shared by the data cache, the checkpoint store, the shards of
+``trainmedic.batch`` and the reports."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import socket
+import time
 from pathlib import Path
+
+#: What is being written carries this prefix until it is renamed into place.
+TEMP_PREFIX = ".tmp-"
+# Temporary names carry the host and pid of their writer: on a shared file system only the
+# writer's own host can tell whether that process is gone.
+HOST = re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname()) or "host"
+#: Another host's temporary file is taken as abandoned only after this long untouched.
+STALE_S = 24 * 3600.0
 
 
 def pid_alive(pid: int) -> bool:
@@ -26,13 +39,47 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_text_atomically(path: Path, text: str) -> Path:
-    """Write to a temporary sibling, then rename: a reader never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def temp_sibling(path: Path, name: str | None = None) -> Path:
+    """``.tmp-<name>.<host>.<pid>`` beside ``path``: where this process writes ``path`` (or
+    ``name``) before renaming it into place."""
+    return path.with_name(f"{TEMP_PREFIX}{name or path.name}.{HOST}.{os.getpid()}")
+
+
+def abandoned(path: Path) -> bool:
+    """Whether a :func:`temp_sibling` leftover belongs to no live writer: its process is gone (or
+    is this one: a write that raised), or, from another host, it has been untouched for STALE_S."""
+    parts = path.name.rsplit(".", 2)
+    host, pid = (parts[1], parts[2]) if len(parts) == 3 else ("", "")
+    if host == HOST and pid.isdigit():
+        return int(pid) == os.getpid() or not pid_alive(int(pid))
     try:
-        tmp.write_text(text, encoding="utf-8")
+        return time.time() - path.stat().st_mtime >= STALE_S
+    except OSError:
+        return True
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file or a whole folder; what is already gone is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def write_text_atomically(path: Path, text: str, durable: bool = False) -> Path:
+    """Write to a temporary sibling, then rename: a reader never sees half a report. ``durable``
+    also syncs the file before the rename and the folder after it, so a crash keeps one version."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+    if durable:
+        fsync_dir(path.parent)
     return path

@@ -34,6 +34,15 @@ def files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def assert_killed_and_resumed_is_whole(tmp_path: Path, **job) -> None:
+    """A run never stopped, and one SIGKILLed mid-way (sample 130 of 300) then run again, end
+    with the same bytes in every file."""
+    assert run_job(tmp_path / "whole", **job).returncode == 0
+    assert run_job(tmp_path / "resumed", stop_after=130, **job).returncode == -signal.SIGKILL
+    assert run_job(tmp_path / "resumed", **job).returncode == 0
+    assert files(tmp_path / "resumed") == files(tmp_path / "whole")
+
+
 def test_shards_hold_the_batched_outputs_and_the_params_and_data_load_reads_them(tmp_path):
     p = params(50)
     result = batch.generate(tone, p, out=tmp_path / "job", batch_size=8, shard_size=16, seed=2, progress=False)
@@ -76,10 +85,7 @@ def test_a_stop_signal_finishes_the_shard_saves_it_and_exits_cleanly(tmp_path, s
 
 @pytest.mark.parametrize("generator", ["global", "global_loop"])
 def test_global_random_draws_resume_exactly_too_batched_or_looped(tmp_path, generator):
-    assert run_job(tmp_path / "whole", generator=generator).returncode == 0
-    assert run_job(tmp_path / "resumed", stop_after=130, generator=generator).returncode == -signal.SIGKILL
-    assert run_job(tmp_path / "resumed", generator=generator).returncode == 0
-    assert files(tmp_path / "resumed") == files(tmp_path / "whole")
+    assert_killed_and_resumed_is_whole(tmp_path, generator=generator)
 
 
 def test_a_stop_signal_during_the_last_shard_still_stops_the_process(tmp_path):
@@ -91,10 +97,7 @@ def test_a_stop_signal_during_the_last_shard_still_stops_the_process(tmp_path):
 
 @pytest.mark.parametrize("storage", ["hdf5", "zarr"])
 def test_hdf5_and_zarr_shards_resume_byte_identical_and_load(tmp_path, storage):
-    assert run_job(tmp_path / "whole", storage=storage).returncode == 0
-    assert run_job(tmp_path / "resumed", stop_after=130, storage=storage).returncode == -signal.SIGKILL
-    assert run_job(tmp_path / "resumed", storage=storage).returncode == 0
-    assert files(tmp_path / "resumed") == files(tmp_path / "whole")
+    assert_killed_and_resumed_is_whole(tmp_path, storage=storage)
     loader = data.load(tmp_path / "resumed", fields=["iq"], batch_size=300, shuffle=False, progress=False)
     (iq,) = next(iter(loader))
     assert iq.shape == (300, 3, 64) and iq.dtype == torch.complex64

@@ -12,7 +12,7 @@ import pytest
 import torch
 from generators import params, tone
 
-from trainmedic import batch
+from trainmedic import _os, batch
 from trainmedic.batch.generate import _catch_stop_signals
 from trainmedic.batch.identity import function_digest
 from trainmedic.batch.shards import MANIFEST
@@ -123,7 +123,7 @@ def test_names_a_batched_call_keeps_for_itself_are_refused(tmp_path):
 
 
 def test_a_first_manifest_write_killed_midway_leaves_a_folder_that_can_be_used(tmp_path):
-    (tmp_path / f".tmp-{MANIFEST}-{__import__('socket').gethostname()}-999999999").write_text("{")
+    (tmp_path / f".tmp-{MANIFEST}.{_os.HOST}.999999999").write_text("{")
     result = batch.generate(tone, params(10), out=tmp_path, progress=False)
     assert result.shards_written == 1 and not list(tmp_path.glob(".tmp-*"))
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trainmedic import _os
 from trainmedic.errors import CheckpointError
 from trainmedic.guard import serialize, store
 
@@ -73,7 +74,7 @@ def test_remove_leaves_no_checkpoint_looking_directory(tmp_path):
 
 
 def test_leftovers_of_dead_processes_are_cleaned_and_numbered_past(tmp_path):
-    dead = tmp_path / f".tmp-000007-step-70.{store._HOST}.999999999"
+    dead = tmp_path / f".tmp-000007-step-70.{_os.HOST}.999999999"
     dead.mkdir()
     trash = tmp_path / ".trash-000003-step-30"
     trash.mkdir()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
-import operator
 import re
 import time
 from collections.abc import Callable
@@ -32,9 +31,11 @@ from torch.utils._pytree import tree_flatten
 
 from trainmedic.batch.identity import function_digest
 from trainmedic.batch.params import Params, as_params
-from trainmedic.batch.shards import STORAGES, ShardStore
+from trainmedic.batch.shards import ShardStore
 from trainmedic.batch.sizing import Sizing, choose_batch_size, shard_size_for
-from trainmedic.batch.vectorize import VMAP, Vectorized, vectorize
+from trainmedic.batch.vectorize import VMAP, Vectorized, vectorize, whole_number
+from trainmedic.data.materialize import progress_for
+from trainmedic.data.sources.arrays import to_numpy
 from trainmedic.errors import BatchError, Preempted
 
 __all__ = ["Generated", "generate"]
@@ -102,14 +103,7 @@ def generate(
     """
     started = time.perf_counter()
     columns = as_params(params)
-    if format not in STORAGES:
-        raise BatchError(f"format={format!r} is not a shard format; use one of {list(STORAGES)}.")
-    try:
-        if isinstance(seed, bool):
-            raise TypeError
-        seed = operator.index(seed)
-    except TypeError:
-        raise BatchError(f"seed={seed!r} is a {type(seed).__name__}; expected an int.") from None
+    seed = whole_number("seed", seed)
     for name, value in (("batch_size", batch_size), ("shard_size", shard_size)):
         if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise BatchError(f"{name}={value!r}; expected a positive int or 'auto'.")
@@ -137,7 +131,7 @@ def generate(
         # A resumed job skipped the sizing probe: vmap or loop is settled here, outside the
         # shards' seeded generator, so a shard's global draws match the uninterrupted run's.
         _probe(vf, columns, target, seed)
-    bar = _progress(progress)
+    bar = progress_for(progress, unit="samples")
     written = 0
     catcher = _catch_stop_signals()
     try:
@@ -149,21 +143,13 @@ def generate(
             store.write(index, arrays)
             written += 1
             if catcher is not None and catcher.received is not None and index != todo[-1]:
-                catcher.saving = True
-                message = (
-                    f"trainmedic: {catcher.name}: stopped after shard {index} ({stop} of {columns.length} samples in "
-                    f"{store.out}); run the same generate() call again to resume at the next shard."
-                )
-                logger.warning(message)
-                raise Preempted(128 + catcher.received, message, step=stop, path=str(store.out))
+                _stop(catcher, store, stop, f"stopped after shard {index} ({stop} of {columns.length} samples in "
+                      f"{store.out}); run the same generate() call again to resume at the next shard.")
         store.finish()
         if catcher is not None and catcher.received is not None:
             # Asked to stop during the last shard: the job is whole, and the process still stops
             # rather than going on (into training, say) as if nothing had been asked.
-            catcher.saving = True
-            message = f"trainmedic: {catcher.name}: the job in {store.out} is complete; stopping as asked."
-            logger.warning(message)
-            raise Preempted(128 + catcher.received, message, step=columns.length, path=str(store.out))
+            _stop(catcher, store, columns.length, f"the job in {store.out} is complete; stopping as asked.")
     finally:
         bar.stop()
         if catcher is not None:
@@ -215,7 +201,7 @@ def _run_shard(
                     f"{vf.name} returns an output named {name!r}, which is also a param; rename the output, "
                     f"or pass keep_params=False."
                 )
-            arrays[name] = _host(value)
+            arrays[name] = to_numpy(value)
     return arrays
 
 
@@ -235,17 +221,8 @@ def _named_outputs(output: Any, name: str) -> dict[str, np.ndarray]:
         leaves, _ = tree_flatten(value)
         if len(leaves) != 1 or isinstance(value, (dict, list, tuple)):
             raise BatchError(f"{name}'s output {key!r} is nested; return a tensor, a tuple or a flat dict of tensors.")
-        arrays[key] = _host(leaves[0])
+        arrays[key] = to_numpy(leaves[0])
     return arrays
-
-
-def _host(value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        if value.dtype == torch.bfloat16:
-            value = value.float()  # NumPy has no bfloat16
-        return value.cpu().numpy()
-    return np.asarray(value)
 
 
 def _to_device(value: Any, device: torch.device, vf: Vectorized) -> Any:
@@ -269,18 +246,18 @@ def _size(vf: Vectorized, columns: Params, batch_size: int | str, device: torch.
     output_bytes = sum(a.nbytes for a in arrays.values()) // min(_PROBE_SAMPLES, columns.length)
     if batch_size != "auto":
         size = min(batch_size, columns.length)
-        return Sizing(size, shard_size_for(size, output_bytes, columns.length), None, output_bytes, 0, f"{size} samples per call, as asked")
+        return Sizing(size, shard_size_for(size, output_bytes, columns.length), f"{size} samples per call, as asked")
     traced = None
     if vf.mode == VMAP:
-        twin = Vectorized(vf.fn)
-        twin.mode, twin._randomness = VMAP, vf._randomness
+        twin = vf.without_fallback()
 
         def traced(inputs: dict) -> Any:
             return twin(**inputs, seed=seed, start=0)
 
     def repeated(count: int) -> dict[str, Any]:
-        picks = np.arange(count) % columns.length
-        return {k: torch.as_tensor(np.asarray(_host(v)[picks])).to(device) for k, v in columns.rows(0, columns.length).items()}
+        # The first rows, repeated when there are fewer: only shapes matter under fake tensors.
+        picks = np.arange(count) % min(count, columns.length)
+        return {k: torch.as_tensor(to_numpy(v)[picks]).to(device) for k, v in columns.rows(0, count).items()}
 
     return choose_batch_size(traced, repeated, output_bytes, columns.length, device)
 
@@ -358,6 +335,14 @@ def _device(device: Any) -> torch.device:
     return resolved
 
 
+def _stop(catcher: Any, store: ShardStore, step: int, what: str) -> None:
+    """End the process as the signal asked, once what was asked is saved (guard.Preempted)."""
+    catcher.saving = True
+    message = f"trainmedic: {catcher.name}: {what}"
+    logger.warning(message)
+    raise Preempted(128 + catcher.received, message, step=step, path=str(store.out))
+
+
 def _rows_in(store: ShardStore, index: int) -> int:
     start, stop = store.bounds(index)
     return stop - start
@@ -371,20 +356,3 @@ def _catch_stop_signals():
     # the watchdog does the same if a shard takes ten minutes after the first.
     catcher = SignalCatcher(("SIGINT", "SIGTERM"), grace=lambda: 600.0, repeat_window=1.0)
     return catcher if catcher.installed else None
-
-
-def _progress(progress: Any) -> Any:
-    import sys
-
-    from trainmedic.data.materialize import NoProgress
-
-    if progress is False:
-        return NoProgress()
-    if progress is None or progress is True:
-        if progress is None and not sys.stderr.isatty():
-            return NoProgress()
-        from trainmedic.report.progress import ProgressBar
-
-        return ProgressBar(unit="samples")
-    return progress
-

@@ -22,6 +22,9 @@ import types
 from typing import Any
 
 import numpy as np
+import torch
+
+from trainmedic.data.sources.arrays import to_numpy
 
 __all__ = ["function_digest"]
 
@@ -42,8 +45,8 @@ def _feed(digest: Any, value: Any, depth: int, seen: set[int]) -> None:
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         update(f"{type(value).__name__}:{value!r};".encode())
         return
-    if isinstance(value, np.ndarray) or type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        array = _host(value)
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        array = to_numpy(value)
         update(f"array:{array.dtype.str}:{array.shape};".encode())
         update(memoryview(np.ascontiguousarray(array)).cast("B"))
         return
@@ -141,13 +144,3 @@ def _state(value: Any) -> dict:
     except TypeError:
         return {}
     return {k: v for k, v in state.items() if not k.startswith("__")}
-
-
-def _host(value: Any) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        return value
-    tensor = value.detach()
-    if str(tensor.dtype) == "torch.bfloat16":
-        tensor = tensor.float()
-    return tensor.cpu().numpy()
-

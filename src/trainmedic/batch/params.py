@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
+from trainmedic.data.sources.arrays import to_numpy
 from trainmedic.errors import BatchError
 
 __all__ = ["Params", "as_params"]
@@ -38,7 +40,7 @@ class Params:
         another job, and its shards must not be mixed with these."""
         digest = hashlib.sha256()
         for name, column in sorted(self.columns.items()):
-            array = np.ascontiguousarray(_host(column))
+            array = np.ascontiguousarray(to_numpy(column))
             digest.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
             digest.update(memoryview(array).cast("B"))
         return digest.hexdigest()
@@ -72,7 +74,7 @@ def as_params(params: Any) -> Params:
 
 
 def _column(name: Any, value: Any) -> Any:
-    if type(value).__module__.startswith("torch"):
+    if isinstance(value, torch.Tensor):
         tensor = value.detach()
         if tensor.dim() == 0:
             raise _single(name, value)
@@ -109,15 +111,13 @@ def _from_records(records: Sequence[Mapping]) -> dict[str, Any]:
     columns = {}
     for name in names:
         values = [record[name] for record in records]
-        if all(type(v).__module__.startswith("torch") and hasattr(v, "detach") for v in values):
-            import torch
-
+        if all(isinstance(v, torch.Tensor) for v in values):
             try:
                 columns[name] = torch.stack([v.detach() for v in values])
             except RuntimeError:
                 raise BatchError(f"params[i][{name!r}] has tensors of different shapes or devices; give each sample the same shape.") from None
             continue
-        values = [v.detach().cpu().numpy() if type(v).__module__.startswith("torch") and hasattr(v, "detach") else v for v in values]
+        values = [to_numpy(v) if isinstance(v, torch.Tensor) else v for v in values]
         columns[name] = _column(name, values)
     return columns
 
@@ -127,15 +127,6 @@ def _single(name: Any, value: Any) -> BatchError:
         f"params[{name!r}] is {value!r}, a single value; every parameter needs one value per sample. "
         f"Bind constants with functools.partial(fn, {name}=...)."
     )
-
-
-def _host(column: Any) -> np.ndarray:
-    if type(column).__module__.startswith("torch"):
-        column = column.detach()
-        if str(column.dtype) == "torch.bfloat16":
-            column = column.float()  # NumPy has no bfloat16; the digest only needs the values
-        return column.cpu().numpy()
-    return np.asarray(column)
 
 
 def _dtype_name(column: Any) -> str:

@@ -168,10 +168,9 @@ class Rng:
         shape = _as_shape(shape)
         if dtype is not None and dtype.is_complex:
             dtype = torch.float64 if dtype == torch.complex128 else torch.float32
-        want, work = _real_dtypes(dtype, "complex_normal")
-        u1, u2 = self._pair(shape, work)
         # 16-bit dtypes give complex64: complex32 is experimental in torch and has no bfloat16 twin.
-        del want
+        _, work = _real_dtypes(dtype, "complex_normal")
+        u1, u2 = self._pair(shape, work)
         return torch.polar(std * torch.sqrt(-torch.log(u1)), (2.0 * math.pi) * u2)
 
     def integers(self, low: int, high: int, shape: Sequence[int] = ()) -> torch.Tensor:

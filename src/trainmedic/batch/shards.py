@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trainmedic._os import fsync_dir, pid_alive
+from trainmedic._os import TEMP_PREFIX, abandoned, fsync_dir, remove_path, temp_sibling, write_text_atomically
 from trainmedic.errors import BatchError, require
 
 __all__ = ["FORMAT", "MANIFEST", "STORAGES", "ShardStore", "read_manifest", "shard_path"]
@@ -38,7 +36,6 @@ MANIFEST = "trainmedic-batch.json"
 FORMAT = "trainmedic.batch/1"
 STORAGES = ("npy", "hdf5", "zarr")
 _SUFFIX = {"npy": "", "hdf5": ".h5", "zarr": ".zarr"}
-_TMP = ".tmp-"
 
 
 def shard_path(out: Path, storage: str, index: int) -> Path:
@@ -100,7 +97,6 @@ class ShardStore:
                 raise BatchError(
                     f"out={str(self.out)!r} cannot be written ({exc.strerror or exc}); give a folder this process can write."
                 ) from exc
-        self._clean_leftovers()
 
     @property
     def shard_size(self) -> int:
@@ -142,12 +138,12 @@ class ShardStore:
             if array.shape[0] != stop - start:
                 raise BatchError(f"output {name!r} of shard {index} has {array.shape[0]} rows; expected {stop - start}.")
         final = shard_path(self.out, self.storage, index)
-        tmp = self.out / f"{_TMP}{final.name}-{socket.gethostname()}-{os.getpid()}"
-        _remove(tmp)
+        tmp = temp_sibling(final)
+        remove_path(tmp)
         try:
             _WRITERS[self.storage](tmp, arrays)
             if final.exists():  # written before a kill, never listed: same job, same content
-                _remove(final)
+                remove_path(final)
             os.replace(tmp, final)
             fsync_dir(self.out)
             entry = {"index": index, "name": final.name, "start": start, "stop": stop, "bytes": _sizes(final)}
@@ -162,7 +158,7 @@ class ShardStore:
                 f"call again to resume."
             ) from exc
         finally:
-            _remove(tmp)
+            remove_path(tmp)
         self.manifest["shards"] = shards
 
     def finish(self) -> None:
@@ -183,10 +179,13 @@ class ShardStore:
             return None
         if not self.out.is_dir():
             raise BatchError(f"out={str(self.out)!r} is a file; give a folder (new or empty) for the shards.")
+        # Temporary shards of writers that died mid-write (a SIGKILL), and the temporary manifest of
+        # one killed during the very first manifest write; a live writer's are kept.
+        for path in self.out.glob(f"{TEMP_PREFIX}*"):
+            if abandoned(path):
+                remove_path(path)
         manifest = read_manifest(self.out)
         if manifest is None:
-            # A writer killed during the very first manifest write leaves only its temporary file.
-            self._clean_leftovers()
             others = sorted(p.name for p in self.out.iterdir())
             if others:
                 raise BatchError(
@@ -209,25 +208,8 @@ class ShardStore:
         return path.exists() and _sizes(path) == entry["bytes"]
 
     def _write_manifest(self, manifest: dict | None = None) -> None:
-        path = self.out / MANIFEST
-        tmp = self.out / f"{_TMP}{MANIFEST}-{socket.gethostname()}-{os.getpid()}"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self.manifest if manifest is None else manifest, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            _remove(tmp)
-        fsync_dir(self.out)
-
-    def _clean_leftovers(self) -> None:
-        # Temporary shards of writers that died mid-write (a SIGKILL); a live writer's are kept.
-        host = socket.gethostname()
-        for path in self.out.glob(f"{_TMP}*"):
-            owner, _, pid = path.name.rpartition("-")
-            if owner.endswith(f"-{host}") and pid.isdigit() and not pid_alive(int(pid)):
-                _remove(path)
+        text = json.dumps(self.manifest if manifest is None else manifest, indent=1, sort_keys=True)
+        write_text_atomically(self.out / MANIFEST, text, durable=True)
 
 
 def _differences(old: dict, new: dict) -> list[str]:
@@ -259,13 +241,6 @@ def _sizes(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def _fsync_tree(path: Path) -> None:

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from trainmedic.units import format_bytes
 
 __all__ = ["Sizing", "choose_batch_size"]
 
@@ -54,10 +57,6 @@ class Sizing:
     batch_size: int
     #: Samples per shard: a multiple of batch_size (or all samples).
     shard_size: int
-    #: Peak bytes one more sample adds to a batched call (traced), or None when not traced.
-    bytes_per_sample: int | None
-    output_bytes_per_sample: int
-    budget_bytes: int
     #: How the batch size was chosen, in one line, for the result and the log.
     why: str
 
@@ -80,24 +79,24 @@ def choose_batch_size(
     if call is None:
         limits[f"outputs in half the free {where}"] = budget // held
         limits["a function run one sample at a time"] = LOOP_CALL
-        return _sizing(limits, samples, None, output_bytes_per_sample, budget)
+        return _sizing(limits, samples, output_bytes_per_sample)
     per_sample = _traced_bytes_per_sample(call, rows, device)
-    label = f"{_mib(per_sample)} a sample" if per_sample is not None else f"{_UNTRACED_FACTOR}x its output a sample (untraced)"
+    label = f"{format_bytes(per_sample)} a sample" if per_sample is not None else f"{_UNTRACED_FACTOR}x its output a sample (untraced)"
     # An op fake tensors cannot run leaves the memory untraced: the outputs, times a margin for
     # temporaries, stand in, so the working-set rule still holds.
     cost = per_sample if per_sample is not None else held * _UNTRACED_FACTOR
     limits[f"{label} in half the free {where}"] = budget // cost
     if device.type == "cpu":
         working_set = cpu_working_set()
-        limits[f"{label} in a {_mib(working_set)} CPU working set"] = working_set // cost
-    return _sizing(limits, samples, per_sample, output_bytes_per_sample, budget)
+        limits[f"{label} in a {format_bytes(working_set)} CPU working set"] = working_set // cost
+    return _sizing(limits, samples, output_bytes_per_sample)
 
 
-def _sizing(limits: dict[str, int], samples: int, per_sample: int | None, output_bytes: int, budget: int) -> Sizing:
+def _sizing(limits: dict[str, int], samples: int, output_bytes: int) -> Sizing:
     binding = min(limits, key=limits.get)
     size = _round(min(samples, limits[binding]), samples)
     why = f"{size} samples per call: all {samples}" if size == samples else f"{size} samples per call ({binding})"
-    return Sizing(size, shard_size_for(size, output_bytes, samples), per_sample, output_bytes, budget, why)
+    return Sizing(size, shard_size_for(size, output_bytes, samples), why)
 
 
 def shard_size_for(batch_size: int, output_bytes_per_sample: int, samples: int) -> int:
@@ -115,8 +114,6 @@ def _round(size: int, samples: int) -> int:
 
 def cpu_working_set() -> int:
     """CACHE_SHARE x the largest CPU cache Linux reports (sysfs), else DEFAULT_CPU_WORKING_SET."""
-    from pathlib import Path
-
     sizes = []
     for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
         text = entry.read_text().strip().upper()
@@ -154,14 +151,6 @@ def _free_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
-    from pathlib import Path
-
     from trainmedic.data.choose import measure_resources
 
     return int(measure_resources(device, Path.cwd()).ram_available)
-
-
-def _mib(nbytes: int) -> str:
-    from trainmedic.units import format_bytes
-
-    return format_bytes(nbytes)

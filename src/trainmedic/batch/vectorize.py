@@ -28,6 +28,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from trainmedic.batch.rng import Rng, sample_keys
+from trainmedic.data.sources.arrays import to_numpy
 from trainmedic.errors import BatchError
 from trainmedic.probe.frames import display_path, is_user_file
 
@@ -65,9 +66,10 @@ class Vectorized:
             raise BatchError(f"vectorize() needs a function of one sample; got {fn!r}, a {type(fn).__name__}.")
         self.fn = fn
         self.name = _name(fn)
-        self.takes_rng = _takes(fn, "rng")
+        arguments = _argument_names(fn)
+        self.takes_rng = "rng" in arguments
         for reserved in ("seed", "start"):
-            if _takes(fn, reserved):
+            if reserved in arguments:
                 raise BatchError(
                     f"{self.name} has an argument named {reserved!r}, which a batched call keeps for itself "
                     f"(the job's seed and the index of the first sample); rename that argument."
@@ -80,7 +82,7 @@ class Vectorized:
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, seed: int = 0, start: int = 0, **kwargs: Any) -> Any:
-        seed, start = _whole("seed", seed), _whole("start", start)
+        seed, start = whole_number("seed", seed), whole_number("start", start)
         size = batch_length(args, kwargs, self.name)
         if self.mode == LOOP:
             return self._loop(args, kwargs, size, seed, start)
@@ -100,6 +102,13 @@ class Vectorized:
     def numpy(self) -> bool:
         """True once the function showed it is NumPy code: the loop then passes NumPy rows."""
         return self._numpy
+
+    def without_fallback(self) -> Vectorized:
+        """A twin that batches the way this one settled and raises where this one would fall
+        back: the memory trace runs it under fake tensors, where a fallback would hide a failure."""
+        twin = Vectorized(self.fn)
+        twin.mode, twin._randomness = VMAP, self._randomness
+        return twin
 
     def one(self, index: int, *args: Any, seed: int = 0, **kwargs: Any) -> Any:
         """``fn`` on sample ``index`` alone, with the same random stream the batch gives it:
@@ -134,9 +143,11 @@ class Vectorized:
         return torch.func.vmap(one_sample, randomness="different")(keys, args, kwargs)
 
     def _loop(self, args: tuple, kwargs: dict, size: int, seed: int, start: int) -> Any:
-        convert = _as_numpy if self._numpy else _as_tensor
-        args = tuple(convert(a, f"argument {i}") for i, a in enumerate(args))
-        kwargs = {k: convert(v, f"argument {k!r}") for k, v in kwargs.items()}
+        if self._numpy:
+            args, kwargs = tuple(to_numpy(a) for a in args), {k: to_numpy(v) for k, v in kwargs.items()}
+        else:
+            args = tuple(_as_tensor(a, f"argument {i}") for i, a in enumerate(args))
+            kwargs = {k: _as_tensor(v, f"argument {k!r}") for k, v in kwargs.items()}
         outputs = [
             self.one(start + i, *(a[i] for a in args), seed=seed, **{k: v[i] for k, v in kwargs.items()})
             for i in range(size)
@@ -177,8 +188,8 @@ class Vectorized:
     def _runs_on_numpy_rows(self, args: tuple, kwargs: dict, seed: int, start: int) -> bool:
         """Whether the first sample, given as NumPy values, runs: NumPy code such as
         ``np.arange(4) * freq`` fails on a tensor before NumPy is ever entered."""
-        first_args = tuple(_as_numpy(a, "")[0] for a in args)
-        first_kwargs = {k: _as_numpy(v, "")[0] for k, v in kwargs.items()}
+        first_args = tuple(to_numpy(a)[0] for a in args)
+        first_kwargs = {k: to_numpy(v)[0] for k, v in kwargs.items()}
         try:
             self.one(start, *first_args, seed=seed, **first_kwargs)
         except Exception:  # noqa: BLE001 - not NumPy code after all: the tensor error stands
@@ -257,7 +268,7 @@ def stack_samples(outputs: list[Any], name: str, start: int = 0) -> Any:
         if all(isinstance(v, torch.Tensor) for v in values):
             stacked.append(torch.stack(values))
         else:
-            stacked.append(np.stack([v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for v in values]))
+            stacked.append(np.stack([to_numpy(v) for v in values]))
     return tree_unflatten(stacked, spec)
 
 
@@ -275,15 +286,11 @@ def _as_tensor(value: Any, label: str) -> torch.Tensor:
         raise BatchError(f"{label} cannot become a tensor ({exc}); give numbers, arrays or tensors.") from None
 
 
-def _as_numpy(value: Any, label: str) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        return (value.float() if value.dtype == torch.bfloat16 else value).cpu().numpy()
-    return np.asarray(value)
-
-
-def _whole(name: str, value: Any) -> int:
+def whole_number(name: str, value: Any) -> int:
+    """``value`` as an int (NumPy integers too), or BatchError naming it; a bool is no number here."""
     try:
+        if isinstance(value, bool):
+            raise TypeError
         return operator.index(value)
     except TypeError:
         raise BatchError(f"{name}={value!r} is a {type(value).__name__}; expected an int.") from None
@@ -296,12 +303,11 @@ def _device_of(args: Any, kwargs: dict) -> torch.device:
     return torch.device("cpu")
 
 
-def _takes(fn: Callable, name: str) -> bool:
+def _argument_names(fn: Callable) -> set[str]:
     try:
-        parameters = inspect.signature(fn).parameters
+        return set(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
-        return False
-    return name in parameters
+        return set()
 
 
 def _frames(exc: BaseException) -> list[traceback.FrameSummary]:

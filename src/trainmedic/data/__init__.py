@@ -16,14 +16,13 @@ Nothing here prints; progress goes to a callback that ``report/`` draws.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from trainmedic.data.cache import default_cache_root
 from trainmedic.data.choose import Resources, choose_tier, measure_resources
 from trainmedic.data.loader import Loader
-from trainmedic.data.materialize import NoProgress, Progress, read_into_host
+from trainmedic.data.materialize import Progress, progress_for, read_into_host
 from trainmedic.data.sources import open_source
 from trainmedic.data.sources.arrays import ArraySource
 from trainmedic.errors import DataError, SourceError, require
@@ -72,7 +71,7 @@ def load(
     if isinstance(fields, str):
         fields = [fields]
     device = _device(torch, device)
-    bar = _progress(progress)
+    bar = progress_for(progress)
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_root()
 
     opened = open_source(source, fields, query=query, schema=schema)
@@ -152,13 +151,3 @@ def _device(torch: Any, device: Any) -> Any:
     return device
 
 
-def _progress(progress: bool | Progress | None) -> Progress:
-    if progress is False:
-        return NoProgress()
-    if progress is None or progress is True:
-        if progress is None and not sys.stderr.isatty():
-            return NoProgress()
-        from trainmedic.report.progress import ProgressBar
-
-        return ProgressBar()
-    return progress

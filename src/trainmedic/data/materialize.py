@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections.abc import Iterator
 from typing import Protocol
@@ -32,6 +33,20 @@ class NoProgress:
 
     def stop(self) -> None:
         pass
+
+
+def progress_for(progress: bool | Progress | None, unit: str = "rows") -> Progress:
+    """The ``progress=`` argument of data.load and batch.generate as an object: None draws a bar
+    when stderr is a terminal, True always, False never; anything else is used as given."""
+    if progress is False:
+        return NoProgress()
+    if progress is None or progress is True:
+        if progress is None and not sys.stderr.isatty():
+            return NoProgress()
+        from trainmedic.report.progress import ProgressBar
+
+        return ProgressBar(unit=unit)
+    return progress
 
 
 class Reading:

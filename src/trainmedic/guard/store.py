@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainmedic._os import fsync_dir, pid_alive
+from trainmedic._os import TEMP_PREFIX as _TEMP_PREFIX
+from trainmedic._os import abandoned, fsync_dir, remove_path, temp_sibling
 from trainmedic.errors import CheckpointError
 from trainmedic.guard.serialize import HashingWriter, dump, serializer
 from trainmedic.units import format_bytes
@@ -34,11 +34,6 @@ FORMAT = "trainmedic.checkpoint/1"
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"^(?P<seq>\d{6,})-step-(?P<step>\d+)(?:-(?P<phase>.+))?$")
 _SEQ = re.compile(r"(\d{6,})-step-")
-# Temporary directories carry the host and pid of their writer: on a shared file system only the
-# writer's own host can tell whether that process is gone.
-_HOST = re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname()) or "host"
-_STALE_S = 24 * 3600.0
-_TEMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
 _CHUNK = 1 << 20
 
@@ -83,7 +78,7 @@ def write_checkpoint(
     """
     started = clock()
     final = directory / entry_name(seq, step, header.get("phase"))
-    temp = directory / f"{_TEMP_PREFIX}{final.name}.{_HOST}.{os.getpid()}"
+    temp = temp_sibling(final)
     files: dict[str, dict[str, Any]] = {}
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainmedic-sha256")
     try:
@@ -185,7 +180,7 @@ def check_room(directory: Path, needed: int, what: str) -> None:
 
 def prepare_directory(directory: Path) -> None:
     """Create ``directory`` and prove it takes a synced file, or raise CheckpointError saying why."""
-    probe = directory / f"{_TEMP_PREFIX}probe.{_HOST}.{os.getpid()}"
+    probe = temp_sibling(directory / "probe")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         try:
@@ -303,12 +298,9 @@ def clean_leftovers(directory: Path) -> list[Path]:
     """Remove what interrupted saves and deletions of *dead* processes left; return what was removed."""
     removed = []
     for path in leftovers(directory):
-        if path.name.startswith(_TEMP_PREFIX) and _maybe_writing(path):
+        if path.name.startswith(_TEMP_PREFIX) and not abandoned(path):
             continue  # a live process (here, or on another host of a shared file system) is writing it
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)  # the write probe of a start-up that was killed
+        remove_path(path)  # also the write probe of a start-up that was killed
         removed.append(path)
     return removed
 
@@ -316,22 +308,6 @@ def clean_leftovers(directory: Path) -> list[Path]:
 def is_interrupted_save(path: Path) -> bool:
     """A leftover that held a checkpoint being written (not a write probe, not a deletion)."""
     return path.name.startswith(_TEMP_PREFIX) and not path.name.startswith(f"{_TEMP_PREFIX}probe.")
-
-
-def _maybe_writing(path: Path) -> bool:
-    parts = path.name.rsplit(".", 2)
-    host, pid = (parts[1], parts[2]) if len(parts) == 3 else ("", "")
-    if host == _HOST and pid.isdigit():
-        return _alive(int(pid))
-    try:
-        return time.time() - path.stat().st_mtime < _STALE_S  # another host's: only once long abandoned
-    except OSError:
-        return False
-
-
-def _alive(pid: int) -> bool:
-    # This process's own leftovers (a save that raised) are stale too.
-    return pid != os.getpid() and pid_alive(pid)
 
 
 def to_keep(entries: list[Entry], keep_last: int) -> set[Path]:

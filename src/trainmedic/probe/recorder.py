@@ -33,6 +33,16 @@ def function_key(code: CodeType | None) -> str | None:
     return f"{code.co_filename}:{code.co_firstlineno}:{code.co_name}"
 
 
+def split_function_key(key: str) -> tuple[str | None, int, str]:
+    """``(file, first line, name)`` of a :func:`function_key` (a path may hold colons); the file
+    is None when the key has no line number."""
+    head, _, name = key.rpartition(":")
+    path, _, first = head.rpartition(":")
+    if not path or not first.isdigit():
+        return None, 0, name
+    return path, int(first), name
+
+
 @dataclass
 class Aggregate:
     seconds: float = 0.0

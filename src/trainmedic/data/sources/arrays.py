@@ -74,7 +74,7 @@ class ArraySource(Source):
 
     def iter_chunks(self, rows: int) -> Iterator[dict[str, np.ndarray]]:
         for start in range(0, self.length, rows):
-            yield {s.name: _to_numpy(self._arrays[s.name][start : start + rows]) for s in self.specs}
+            yield {s.name: to_numpy(self._arrays[s.name][start : start + rows]) for s in self.specs}
 
     def read(self, field: str, indices: np.ndarray, out: np.ndarray) -> None:
         value = self._arrays[field]
@@ -152,11 +152,16 @@ def _numpy_dtype(value: Any) -> np.dtype:
     return value.dtype
 
 
-def _to_numpy(value: Any) -> np.ndarray:
+def to_numpy(value: Any) -> np.ndarray:
+    """A tensor, array or sequence as a host NumPy array; bfloat16, which NumPy lacks, widened to
+    float32 (``trainmedic.batch`` hashes and stores such values; data.load refuses them first)."""
     if _is_tensor(value):
-        return value.detach().cpu().numpy()
+        value = value.detach()
+        if str(value.dtype) == "torch.bfloat16":
+            value = value.float()
+        return value.cpu().numpy()
     return np.asarray(value)
 
 
 def _host_bytes(value: Any) -> memoryview:
-    return memoryview(np.ascontiguousarray(_to_numpy(value))).cast("B")
+    return memoryview(np.ascontiguousarray(to_numpy(value))).cast("B")

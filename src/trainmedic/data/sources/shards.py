@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from trainmedic.batch.shards import MANIFEST
+from trainmedic.batch.shards import MANIFEST, read_manifest
+from trainmedic.data.sources import open_source
 from trainmedic.data.sources.base import Source, check_request, select_fields
-from trainmedic.errors import SourceError
+from trainmedic.errors import BatchError, SourceError
 
 __all__ = ["ShardedSource", "is_shard_folder"]
 
@@ -36,10 +37,6 @@ class ShardedSource(Source):
     random_access = True
 
     def __init__(self, path: str | Path, fields: list[str] | None = None) -> None:
-        from trainmedic.batch.shards import read_manifest
-        from trainmedic.data.sources import open_source
-        from trainmedic.errors import BatchError
-
         self.path = Path(path)
         self.description = str(self.path)
         try:
@@ -75,8 +72,6 @@ class ShardedSource(Source):
     def _shard(self, index: int) -> Source:
         shard = self._open.get(index)
         if shard is None:
-            from trainmedic.data.sources import open_source
-
             shard = open_source(self.path / self._entries[index]["name"], self._fields)
             self._keep(index, shard)
         else:

@@ -15,6 +15,7 @@ import os
 import warnings
 
 from trainmedic.diagnose.rules.base import Advice, Context, at
+from trainmedic.probe.recorder import split_function_key
 
 #: Stands for the user's per-sample function when the census cannot name it.
 PLACEHOLDER = "<per_sample_fn>"
@@ -62,20 +63,11 @@ def _function(ctx: Context) -> tuple[str | None, bool]:
     """
     if not ctx.function:
         return None, False
-    path, first, name = _split_key(ctx.function)
+    path, first, name = split_function_key(ctx.function)
     if path is None or not name.isidentifier():
         return None, False
     line = _line_of(ctx.where, path)
     return name, line is not None and _loop_around(path, first, line)
-
-
-def _split_key(key: str) -> tuple[str | None, int, str]:
-    """``file:firstline:name`` (see ``probe.recorder.function_key``); a path may hold colons."""
-    head, _, name = key.rpartition(":")
-    path, _, first = head.rpartition(":")
-    if not path or not first.isdigit():
-        return None, 0, name
-    return path, int(first), name
 
 
 def _line_of(where: str | None, path: str) -> int | None:

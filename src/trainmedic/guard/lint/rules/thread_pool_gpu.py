@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.guard.lint.context import SCOPES, ModuleContext
+from trainmedic.guard.lint.context import LOOPS, SCOPES, ModuleContext
 from trainmedic.guard.lint.model import Rule
 from trainmedic.guard.lint.syntax import (
     argument,
@@ -45,7 +45,6 @@ _CUDA_QUERIES = frozenset(
      "get_device_capability", "is_initialized", "mem_get_info", "memory_allocated", "memory_reserved"}
 )
 _LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
@@ -177,7 +176,7 @@ def _per_item(context: ModuleContext, call: ast.Call, method: str) -> str | None
             loop, iterable, fresh = "comprehension", ancestor.generators[0].iter, set()
             for generator in ancestor.generators:
                 fresh |= bound_names(generator.target)
-        elif isinstance(ancestor, _LOOPS) and any(child is s for s in ancestor.body):
+        elif isinstance(ancestor, LOOPS) and any(child is s for s in ancestor.body):
             loop = "loop"
             iterable = ancestor.test if isinstance(ancestor, ast.While) else ancestor.iter
             fresh = bound_names(ancestor.target) if not isinstance(ancestor, ast.While) else set()
