@@ -20,8 +20,10 @@ a message and an exit code. Every message names the bad value, what was expected
     ├── CheckpointError        a checkpoint directory that cannot be written, a save that failed
     │   └── CheckpointMismatchError  a checkpoint taken from another model or optimizer (names the keys)
     ├── PreflightError         a preflight declaration that cannot be read or run
-    └── BatchError             trainmedic.batch cannot batch or generate as asked: ragged outputs,
-                               params of mixed lengths, an output folder holding another job
+    ├── BatchError             trainmedic.batch cannot batch or generate as asked: ragged outputs,
+    │                          params of mixed lengths, an output folder holding another job
+    └── TuneError              trainmedic tune cannot search as asked: a bad grid value, a batch
+                               axis it cannot find, an option --set names that the script lacks
 
     Preempted (SystemExit, not a TrainmedicError): raised by Checkpointer.save after the save a
     signal or the deadline asked for, so the run ends cleanly with finally-blocks run.
@@ -121,6 +123,10 @@ class PreflightError(TrainmedicError):
 
 class BatchError(TrainmedicError):
     """``trainmedic.batch`` cannot batch a function or run a generation job as asked (names the value)."""
+
+
+class TuneError(TrainmedicError):
+    """``trainmedic tune`` cannot measure as asked (names the bad value and the fix)."""
 
 
 class Preempted(SystemExit):

@@ -11,6 +11,38 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
 
 
+def finite(x: float | None) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def format_sig3(x: float | None) -> str:
+    """Three significant digits, trailing zeros kept (``6.00``, ``11.4``, ``12,300``); ``—`` if unknown."""
+    if not finite(x):
+        return "—"
+    if x == 0:
+        return "0"
+    if abs(x) >= 1000:
+        digits = math.floor(math.log10(abs(x))) + 1
+        return f"{round(x, 3 - digits):,.0f}"
+    text = f"{x:#.3g}"
+    return text.rstrip(".") if "e" not in text else text
+
+
+def format_flops(flops: float | None) -> str:
+    """``312 TFLOP/s``, ``850 GFLOP/s``: a rate of floating-point operations."""
+    if not finite(flops):
+        return "—"
+    return f"{format_sig3(flops / 1e12)} TFLOP/s" if flops >= 1e12 else f"{format_sig3(flops / 1e9)} GFLOP/s"
+
+
+def format_bandwidth(bytes_per_s: float | None) -> str:
+    """``2,039 GB/s`` (datasheet SI units, whole above 100 so the datasheet figure survives)."""
+    if not finite(bytes_per_s):
+        return "—"
+    gbs = bytes_per_s / 1e9
+    return f"{gbs:,.0f} GB/s" if gbs >= 100 else f"{format_sig3(gbs)} GB/s"
+
+
 def format_bytes(size: float) -> str:
     """``1.5 GiB``, ``12.0 MiB``, ``512 B``: binary units, as memory is sold and reported by the OS."""
     size = float(size)

@@ -14,6 +14,7 @@ from trainmedic.cli import demo as demo_command
 from trainmedic.cli import lint as lint_command
 from trainmedic.cli import plan as plan_command
 from trainmedic.cli import preflight as preflight_command
+from trainmedic.cli import tune as tune_command
 from trainmedic.cli.run import RunOptions, run_target
 
 app = typer.Typer(
@@ -133,6 +134,45 @@ def preflight(
         False if no_resume_check else None, json_path, project,
     )
     raise typer.Exit(preflight_command.run_preflight_command(options, Console(highlight=False), _stderr()))
+
+
+@app.command()
+def tune(
+    items: list[str] = typer.Argument(None, metavar="SPEC | -- SCRIPT_ARGS", help="PATH.py:FUNCTION (as for plan); with --script, the script's own arguments after --."),
+    script: Optional[str] = typer.Option(None, "--script", metavar="PATH", help="Tune a training script instead, over the options --set names."),
+    sets: list[str] = typer.Option(None, "--set", metavar="NAME=V1,V2", help="A script option and the values to try (repeatable), e.g. --set batch_size=2,4,8."),
+    device: str = typer.Option("auto", "--device", "-d", metavar="auto|cpu|cuda[:N]", help="Where to measure (default: CUDA when present)."),
+    batch: Optional[str] = typer.Option(None, "--batch", "-b", metavar="N,N,...", help="Batch sizes to measure (default: powers of two up to the largest that fits)."),
+    precision: Optional[str] = typer.Option(None, "--precision", metavar="fp32,bf16,...", help="Precisions to measure: fp32, tf32, bf16, fp16 (default: what the device runs fast)."),
+    compile_mode: str = typer.Option("auto", "--compile", metavar="auto|on|off|both", help="torch.compile: auto/both measure it on the fastest eager configurations."),
+    memory_format: Optional[str] = typer.Option(None, "--memory-format", metavar="FORMATS", help="contiguous, channels_last, channels_last_3d (default: channels_last[_3d] for conv nets)."),
+    budget: Optional[str] = typer.Option(None, "--budget", metavar="DURATION", help="Stop measuring after this long, e.g. 5m; the result holds what was measured."),
+    trials: int = typer.Option(5, "--trials", min=3, help="Timed trials per configuration (median and spread)."),
+    current: Optional[int] = typer.Option(None, "--current", min=1, metavar="N", help="The batch you train with now (fp32, eager): the gain is measured against it."),
+    exhaustive: bool = typer.Option(False, "--exhaustive", help="Measure the whole grid instead of the staged search."),
+    headroom: float = typer.Option(0.1, "--headroom", metavar="F", help="Share of the memory the plan keeps free when it skips batches."),
+    capacity: Optional[str] = typer.Option(None, "--capacity", metavar="SIZE", help="Plan against this much memory instead of what is free now, e.g. 16GiB."),
+    steps: int = typer.Option(tune_command.SCRIPT_STEPS, "--steps", min=4, help="With --script: steady-state steps measured per run."),
+    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the result as JSON (trainmedic.tune/1)."),
+    html_path: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Write an HTML page with throughput-vs-batch and roofline charts."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the table (files are still written)."),
+) -> None:
+    """Find the fastest batch size, precision, memory format and compile setting by measurement.
+
+    SPEC names the same build(batch_size) function `trainmedic plan` takes. Each configuration runs
+    real training steps (warm-up apart, repeated trials, median and spread); configurations the
+    plan says do not fit are skipped, never run. A roofline per configuration says whether it is
+    compute- or bandwidth-bound. Exit code 0 when done, 2 on bad input, 130 after Ctrl+C.
+    """
+    words = list(items or [])
+    spec = None if script is not None or not words else words.pop(0)
+    if script is None and words:
+        _fail(f"trainmedic tune takes one build function; got also {' '.join(words)} (script arguments need --script)")
+    options = tune_command.TuneOptions(
+        spec, script, tuple(words), tuple(sets or ()), device, batch, precision, compile_mode, memory_format, budget,
+        trials, current, exhaustive, headroom, capacity, steps, json_path, html_path, quiet,
+    )
+    raise typer.Exit(tune_command.run_tune(options, Console(highlight=False), _stderr()))
 
 
 @app.command()

@@ -48,7 +48,7 @@ class Decision:
 def measure_resources(device: Any, cache_root: Path) -> Resources:
     import psutil
 
-    ram = min(psutil.virtual_memory().available, _cgroup_headroom())
+    ram = min(psutil.virtual_memory().available, cgroup_headroom())
     vram_free = vram_total = None
     if device.type == "cuda":
         import torch
@@ -148,7 +148,7 @@ def _forced_problem(tier: str, nbytes: int, cuda: bool, random_access: bool, r: 
     return ""
 
 
-def _cgroup_headroom() -> int:
+def cgroup_headroom() -> int:
     """Bytes the cgroup (v2 or v1) still allows this process; effectively unlimited without one."""
     unlimited = 1 << 62
     for limit_path, usage_path in (

@@ -61,17 +61,21 @@ class Trace:
     step_counter_bytes: int = 0
 
 
-def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, precision: str = "fp32") -> Trace:
+def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, precision: str = "fp32",
+               observe: Callable[..., None] | None = None) -> Trace:
     """Run ``build(batch_size)`` and a full training step on fake tensors; record every storage.
 
     ``precision`` is a key of ``PRECISIONS``: ``plan_memory`` checks it before any trace.
+    ``observe`` is called after every op like the tracker's ``on_op``, with
+    ``(tracker, func, args, outputs, where)``; ``tracker.phase`` says which part of the step
+    (``build``, ``forward``, ``backward``, ``optimizer``, ``idle``) is running.
     """
     gpu = GpuSide(device) if device.is_gpu else None
-    tracker = StorageTracker(on_op=gpu)
+    tracker = StorageTracker(on_op=_both(gpu, observe))
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with fake, tracker, CudaToCpu(), modules_stay_on_cpu(), _fake_state_restored() as originals:
-        parts = _call_build(build, batch_size)
-        model, inputs, optimizer, loss_fn = _unpack(parts, build)
+        parts = call_build(build, batch_size)
+        model, inputs, optimizer, loss_fn = unpack_build(parts, build)
         trace = Trace(batch_size, tracker.events, tracker.allocations)
         _adopt_state(tracker, fake, model, inputs, trace, device.is_gpu, originals)
         optimizer = _make_optimizer(optimizer, model)
@@ -100,18 +104,29 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
     return trace
 
 
-def _call_build(build: Callable[[int], Any], batch_size: int) -> Any:
+def _both(first: Callable[..., None] | None, second: Callable[..., None] | None) -> Callable[..., None] | None:
+    if first is None or second is None:
+        return first or second
+
+    def both(*args) -> None:
+        first(*args)
+        second(*args)
+
+    return both
+
+
+def call_build(build: Callable[[int], Any], batch_size: int) -> Any:
     try:
         return build(batch_size)
     except Exception as exc:
-        where = _user_line_of(exc)
+        where = user_line_of(exc)
         raise PlanError(
             f"{getattr(build, '__name__', 'build')}({batch_size}) raised {type(exc).__name__}: {exc}{where}. "
             "Fix the build function so it returns dict(model=..., inputs=...) for any batch size."
         ) from exc
 
 
-def _unpack(parts: Any, build: Callable) -> tuple:
+def unpack_build(parts: Any, build: Callable) -> tuple:
     name = getattr(build, "__name__", "build")
     if not isinstance(parts, dict):
         raise PlanError(
@@ -131,7 +146,7 @@ def _unpack(parts: Any, build: Callable) -> tuple:
     if not isinstance(model, torch.nn.Module):
         raise PlanError(f"'model' is a {type(model).__name__}, expected a torch.nn.Module.")
     inputs = parts["inputs"]
-    tensors = _tensors_of(inputs)
+    tensors = tensors_of(inputs)
     if not tensors:
         raise PlanError(
             f"'inputs' is {type(inputs).__name__} with no tensor in it; expected a tensor, a tuple of tensors "
@@ -143,13 +158,13 @@ def _unpack(parts: Any, build: Callable) -> tuple:
     return model, inputs, parts.get("optimizer"), loss_fn
 
 
-def _tensors_of(value: Any) -> list[torch.Tensor]:
+def tensors_of(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors_of(item)]
+        return [t for item in value for t in tensors_of(item)]
     return []
 
 
@@ -180,7 +195,7 @@ def _adopt_state(tracker: StorageTracker, fake: FakeTensorMode, model: torch.nn.
             trace.trainable_bytes += nbytes
     for b in model.buffers():
         trace.parameters.add(tracker.adopt(b, "buffer"))
-    for t in _tensors_of(inputs):
+    for t in tensors_of(inputs):
         trace.inputs.add(tracker.adopt(t if _is_fake(t) else fake.from_tensor(t), "input"))
     trace.parameters.discard(None)
 
@@ -283,8 +298,8 @@ def _make_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optim
 def _one_step(tracker: StorageTracker, trace: Trace, model, inputs, optimizer, loss_fn, autocast) -> None:
     tracker.phase = "forward"
     with autocast:
-        out = model(**inputs) if isinstance(inputs, dict) else model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
-        loss = _loss(out, loss_fn)
+        out = forward(model, inputs)
+        loss = loss_of(out, loss_fn)
     for a in trace.allocations.values():
         if a.phase == "forward" and a.died is None:
             trace.saved.add(a.sid)
@@ -313,7 +328,16 @@ def _one_step(tracker: StorageTracker, trace: Trace, model, inputs, optimizer, l
     tracker.phase = "idle"
 
 
-def _loss(out: Any, loss_fn: Callable | None) -> torch.Tensor:
+def forward(model: torch.nn.Module, inputs: Any) -> Any:
+    """``model(**inputs)`` for a dict, ``model(*inputs)`` for a tuple or list, else ``model(inputs)``."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def loss_of(out: Any, loss_fn: Callable | None) -> torch.Tensor:
     if loss_fn is not None:
         loss = loss_fn(out)
     elif isinstance(out, torch.Tensor):
@@ -321,7 +345,7 @@ def _loss(out: Any, loss_fn: Callable | None) -> torch.Tensor:
     elif getattr(out, "loss", None) is not None:
         loss = out.loss
     else:
-        tensors = _tensors_of(out if not hasattr(out, "to_tuple") else out.to_tuple())
+        tensors = tensors_of(out if not hasattr(out, "to_tuple") else out.to_tuple())
         if not tensors:
             raise PlanError(f"the model returned {type(out).__name__} with no tensor; give loss_fn=... in build()'s dict.")
         loss = tensors[0].mean()
@@ -334,12 +358,12 @@ def _loss(out: Any, loss_fn: Callable | None) -> torch.Tensor:
 
 
 def _describe_untraceable(exc: Exception, phase: str) -> str:
-    where = _user_line_of(exc)
+    where = user_line_of(exc)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"{type(exc).__name__} in the {phase} pass{where}: {first[:200]}"
 
 
-def _user_line_of(exc: BaseException) -> str:
+def user_line_of(exc: BaseException) -> str:
     """`` at file:line`` of the innermost traceback frame in the user's code, "" when none is."""
     found = ""
     for frame in traceback.extract_tb(exc.__traceback__):

@@ -28,10 +28,10 @@ def cuda_in_use() -> bool:
         return False
 
 
-def describe(nvml: "NvmlSampler | None" = None) -> DeviceInfo:
+def describe(nvml: NvmlSampler | None = None) -> DeviceInfo:
     torch = sys.modules.get("torch")
     details: dict[str, Any] = {
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cpu_cores": psutil.cpu_count(logical=True),
         "ram_bytes": psutil.virtual_memory().total,
         "python": platform.python_version(),
@@ -61,7 +61,7 @@ def _why_no_cuda(torch: Any) -> str:
     return "available but not used by the script"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from trainmedic.diagnose.rules.base import Advice, Context, at
 
+#: Where the measured answer to "which batch, precision and compile" comes from.
+TUNE = ("`trainmedic tune model.py:build` measures batch size × precision × compile and says which is "
+        "fastest and why (roofline); `trainmedic tune --script train.py --set batch_size=2,4,8` for this script.")
+
 
 def advise(kind: str, ctx: Context) -> Advice:
     if ctx.device == "cuda":
         fix = ("Healthy: the GPU is busy with the model. Next levers: bf16 autocast "
                "(`torch.autocast('cuda', dtype=torch.bfloat16)`), `torch.compile(model)`, and the "
-               "largest batch that fits (`trainmedic plan`).")
+               f"batch size; do not assume the largest that fits is fastest. {TUNE}")
         factor = 2.0  # tensor-core bf16 over fp32 matmuls, conservatively
     else:
         fix = ("Healthy for a CPU run: the time goes to the model itself. The big lever is a GPU; "
-               "on the CPU, `torch.compile(model)` and bf16 autocast on CPUs with AMX.")
+               f"on the CPU, `torch.compile(model)` and bf16 autocast on CPUs with AVX512-BF16 or AMX. {TUNE}")
         factor = 1.3
     return Advice(f"The model's forward, backward and optimizer step{at(ctx)}", fix, factor)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trainmedic.diagnose.rules.base import Advice, Context, at
+from trainmedic.diagnose.rules.compute import TUNE
 
 
 def advise(kind: str, ctx: Context) -> Advice:
@@ -10,6 +11,6 @@ def advise(kind: str, ctx: Context) -> Advice:
         f"Memory-bandwidth-bound kernels{at(ctx)}",
         "Raise arithmetic intensity: fuse elementwise chains with `torch.compile(model)`, use "
         "bf16 to halve the bytes moved, `channels_last` for convolutions; a larger batch does "
-        "not help here (seed 002: batch 4 was slower than batch 2).",
+        f"not help here (seed 002: batch 4 was slower than batch 2). {TUNE}",
         factor=1.7,
     )
