@@ -1,8 +1,9 @@
 """The terminal answer of ``trainmedic tune``: every configuration, its roofline, and the winner.
 
-Rendered with rich, coloured on a terminal and plain in a pipe. The formatting helpers here
-(``sig3``, ``format_flops``, ``ordered_rows``...) are shared with the HTML page, so that both
-say the same numbers in the same words.
+Rendered with rich, coloured on a terminal and plain in a pipe. The wording helpers here
+(``ordered_rows``, ``marks``, ``gain_text``...) are shared with the HTML page, and the numbers
+are formatted by ``trainmedic.units`` (as tune's own explanations are), so that every output says
+the same numbers in the same words.
 """
 
 from __future__ import annotations
