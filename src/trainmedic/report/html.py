@@ -34,7 +34,7 @@ UNATTRIBUTED = "#ced4da"
 MAX_BARS = 400
 MAX_LINES = 15
 
-_CSS = """
+BASE_CSS = """
 :root{--fg:#1f2933;--muted:#616e7c;--line:#e4e7eb}
 *{box-sizing:border-box}
 body{margin:0;background:#f5f7fa;color:var(--fg);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
@@ -75,17 +75,22 @@ def render_html(report: Report) -> str:
     """The whole report as one HTML document (a string; nothing is written or printed)."""
     cmd = shlex.join(report.command) if report.command else "(no command)"
     tone = _tone(report)
-    message = f'<section class="message {tone}-edge">{_e(report.message)}</section>' if report.message else ""
+    message = f'<section class="message {tone}-edge">{esc(report.message)}</section>' if report.message else ""
     body = "".join(
         [_header(report, cmd), message, _breakdown(report), _timeline(report), _findings(report.findings),
          _lines(report), _notes(report.notes),
-         f"<footer>trainmedic {_e(report.version or '')} · schema trainmedic.report/1</footer>"]
+         f"<footer>trainmedic {esc(report.version or '')} · schema trainmedic.report/1</footer>"]
     )
+    return page(f"trainmedic report: {cmd}", BASE_CSS, body)
+
+
+def page(title: str, css: str, body: str) -> str:
+    """A whole self-contained page around ``body`` (HTML already escaped); ``title`` is escaped here."""
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f'<title>trainmedic report: {_e(cmd)}</title><link rel="icon" href="data:,">'
-        f"<style>{_CSS}</style></head>\n<body><main>{body}</main></body></html>\n"
+        f'<title>{esc(title)}</title><link rel="icon" href="data:,">'
+        f"<style>{css}</style></head>\n<body><main>{body}</main></body></html>\n"
     )
 
 
@@ -118,11 +123,11 @@ def _header(r: Report, cmd: str) -> str:
     # A step that slows down over the run (a leak, a growing pool) deserves a second look.
     ratios = [g for g in (s.growth, s.cpu_growth) if g is not None and _finite(g)]
     hot = {"growth last/first quarter"} if s.count and ratios and max(ratios) > 1.2 else set()
-    dl = "".join(f'<div><dt>{_e(k)}</dt><dd class="{"growing" if k in hot else ""}">{_e(v)}</dd></div>'
+    dl = "".join(f'<div><dt>{esc(k)}</dt><dd class="{"growing" if k in hot else ""}">{esc(v)}</dd></div>'
                  for k, v in facts)
     return (
-        f'<header><h1>trainmedic report<span class="badge {tone}">{_e(r.outcome)} · exit {r.exit_code}'
-        f'</span></h1><code class="cmd">$ {_e(cmd)}</code><dl class="facts">{dl}</dl></header>'
+        f'<header><h1>trainmedic report<span class="badge {tone}">{esc(r.outcome)} · exit {r.exit_code}'
+        f'</span></h1><code class="cmd">$ {esc(cmd)}</code><dl class="facts">{dl}</dl></header>'
     )
 
 
@@ -138,11 +143,11 @@ def _breakdown(r: Report) -> str:
             continue
         tip = f"{c}: {_pct(shares[c])} of step time"
         parts.append(f'<rect class="bar seg-{c}" x="{x:.2f}" y="0" width="{bw:.2f}" height="{h}" '
-                     f'fill="{COLORS[c]}"><title>{_e(tip)}</title></rect>')
+                     f'fill="{COLORS[c]}"><title>{esc(tip)}</title></rect>')
         label = f"{c} {_pct(shares[c])}" if bw >= 8 * (len(c) + 7) else _pct(shares[c]) if bw >= 44 else ""
         if label:
             parts.append(f'<text x="{x + bw / 2:.1f}" y="{h / 2 + 5}" text-anchor="middle" '
-                         f'style="fill:{_ink(COLORS[c])};font-weight:600">{_e(label)}</text>')
+                         f'style="fill:{_ink(COLORS[c])};font-weight:600">{esc(label)}</text>')
         x += bw
     if not parts:
         parts.append(f'<rect x="0" y="0" width="{w}" height="{h}" fill="#f1f3f5"/><text x="{w / 2}" '
@@ -150,8 +155,8 @@ def _breakdown(r: Report) -> str:
     svg = (f'<svg id="breakdown-chart" viewBox="0 0 {w} {h}" role="img" '
            f'aria-label="steady-state time by category">{"".join(parts)}</svg>')
     legend = "".join(
-        f'<li class="{"" if shares[c] > 0 else "zero"}" title="{_e(DESCRIPTIONS.get(c, ""))}">'
-        f'<span class="sw" style="background:{COLORS[c]}"></span>{_e(c)} <b>{_pct(shares[c])}</b></li>'
+        f'<li class="{"" if shares[c] > 0 else "zero"}" title="{esc(DESCRIPTIONS.get(c, ""))}">'
+        f'<span class="sw" style="background:{COLORS[c]}"></span>{esc(c)} <b>{_pct(shares[c])}</b></li>'
         for c in CATEGORIES
     )
     b = r.bottleneck
@@ -159,8 +164,8 @@ def _breakdown(r: Report) -> str:
         share = shares.get(b, r.breakdown.get(b, 0.0))
         ink = _readable(COLORS.get(b, "#1f2933"))
         head = (f'<p class="bottleneck">Bottleneck: <strong style="color:{ink}">'
-                f'{_e(b)}</strong> — {_pct(share)} of steady-state step time'
-                f'<span class="desc">{_e(DESCRIPTIONS.get(b, ""))}</span></p>')
+                f'{esc(b)}</strong> — {_pct(share)} of steady-state step time'
+                f'<span class="desc">{esc(DESCRIPTIONS.get(b, ""))}</span></p>')
     else:
         head = '<p class="bottleneck">Bottleneck: none measured</p>'
     return (f"<section><h2>Where a step's time goes</h2>{head}{svg}"
@@ -188,7 +193,7 @@ def _timeline(r: Report) -> str:
     w, h, left, right, top, bottom = 1000, 320, 70, 84, 14, 46
     pw, ph = w - left - right, h - top - bottom
     peak = max(max(s, sum(c.values())) for _, _, s, c in bins)
-    tick, ymax = _nice_axis(peak)
+    tick, ymax = nice_axis(peak)
     unit, div = _unit(ymax)
     ys = lambda v: top + ph - v / ymax * ph  # noqa: E731
     out = []
@@ -217,7 +222,7 @@ def _timeline(r: Report) -> str:
                          f'height="{max(y0 - y1, 0.0):.2f}" fill="{col}"/>')
         label = f"step {lo}" if lo == hi else f"steps {lo}–{hi} (mean)"
         tip = f"{label}: {_dur(secs)}" + "".join(f"\n{c}: {_dur(v)}" for c, v, _ in segs)
-        out.append(f'<g class="col"><title>{_e(tip)}</title>{"".join(rects)}</g>')
+        out.append(f'<g class="col"><title>{esc(tip)}</title>{"".join(rects)}</g>')
     n_ticks = min(len(bins), 8)
     for t in range(n_ticks):
         i = round(t * (len(bins) - 1) / (n_ticks - 1)) if n_ticks > 1 else 0
@@ -229,7 +234,7 @@ def _timeline(r: Report) -> str:
         out.append(f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#1f2933" '
                    f'stroke-dasharray="5 4" stroke-width="1.2"/><text x="{w - right + 6}" y="{y - 3:.1f}" '
                    f'style="fill:#1f2933">median<tspan x="{w - right + 6}" dy="14">'
-                   f"{_e(_dur(r.steps.median_s))}</tspan></text>")
+                   f"{esc(_dur(r.steps.median_s))}</tspan></text>")
     out.append(f'<line x1="{left}" x2="{w - right}" y1="{top + ph}" y2="{top + ph}" stroke="#9aa5b1"/>'
                f'<text x="{left + pw / 2}" y="{h - 6}" text-anchor="middle">step</text>'
                f'<text transform="translate(16 {top + ph / 2}) rotate(-90)" text-anchor="middle">'
@@ -254,16 +259,16 @@ def _findings(findings: list[Finding]) -> str:
         col = COLORS.get(f.category, "#868e96")
         ceiling = f"×{f.ceiling:.1f}" if _finite(f.ceiling) else "unbounded"
         speed = f"×{f.expected_speedup:.1f}" if _finite(f.expected_speedup) else "unbounded"
-        kind = f" / {_e(f.kind)}" if f.kind else ""
-        where = f"<code>{_e(f.where)}</code>" if f.where else "—"
-        call = f'<dt>call</dt><dd><code class="cmd">{_e(f.suggestion)}</code></dd>' if f.suggestion else ""
+        kind = f" / {esc(f.kind)}" if f.kind else ""
+        where = f"<code>{esc(f.where)}</code>" if f.where else "—"
+        call = f'<dt>call</dt><dd><code class="cmd">{esc(f.suggestion)}</code></dd>' if f.suggestion else ""
         cards.append(
             f'<article class="finding" style="border-left-color:{col}"><header>'
             f'<span class="share" style="color:{_readable(col)}">{_pct(f.share)}</span>'
-            f"<h3>{_e(f.title)}</h3></header><dl>"
-            f'<dt>category</dt><dd><span class="sw" style="background:{col}"></span> {_e(f.category)}{kind}</dd>'
-            f"<dt>evidence</dt><dd>{_e(f.evidence)}</dd><dt>where</dt><dd>{where}</dd>"
-            f"<dt>fix</dt><dd>{_e(f.fix)}</dd>{call}<dt>expected speedup</dt>"
+            f"<h3>{esc(f.title)}</h3></header><dl>"
+            f'<dt>category</dt><dd><span class="sw" style="background:{col}"></span> {esc(f.category)}{kind}</dd>'
+            f"<dt>evidence</dt><dd>{esc(f.evidence)}</dd><dt>where</dt><dd>{where}</dd>"
+            f"<dt>fix</dt><dd>{esc(f.fix)}</dd>{call}<dt>expected speedup</dt>"
             f'<dd class="speedup">{speed} (ceiling {ceiling})</dd></dl></article>'
         )
     return f'<section><h2>Findings</h2>{"".join(cards)}</section>'
@@ -274,8 +279,8 @@ def _lines(r: Report) -> str:
         return ""
     top = sorted(r.lines, key=lambda ln: ln.seconds_per_step, reverse=True)[:MAX_LINES]
     rows = "".join(
-        f'<tr><td class="mono">{_e(ln.where)}</td><td><span class="sw" style="background:'
-        f'{COLORS.get(ln.category, "#868e96")}"></span> {_e(ln.category)}</td><td>{_e(ln.kind)}</td>'
+        f'<tr><td class="mono">{esc(ln.where)}</td><td><span class="sw" style="background:'
+        f'{COLORS.get(ln.category, "#868e96")}"></span> {esc(ln.category)}</td><td>{esc(ln.kind)}</td>'
         f'<td class="num">{_num(ln.seconds_per_step * 1000)}</td><td class="num">{_pct(ln.share)}</td></tr>'
         for ln in top
     )
@@ -289,10 +294,10 @@ def _lines(r: Report) -> str:
 def _notes(notes: list[str]) -> str:
     if not notes:
         return ""
-    return "<section><h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul></section>"
+    return "<section><h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul></section>"
 
 
-def _e(value: object) -> str:
+def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
@@ -331,7 +336,7 @@ def _unit(ymax: float) -> tuple[str, float]:
     return ("ms", 1e-3) if ymax >= 1e-3 else ("µs", 1e-6)
 
 
-def _nice_axis(peak: float) -> tuple[float, float]:
+def nice_axis(peak: float) -> tuple[float, float]:
     """A tick of 1, 2 or 5 x 10^k giving about five gridlines, and the axis top (a tick multiple)."""
     if not _finite(peak) or peak <= 0:
         return 0.25, 1.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from trainmedic.report.html import _e, _nice_axis
+from trainmedic.report.html import esc, nice_axis
 from trainmedic.report.tune_console import (
     format_span,
     rate_unit,
@@ -84,7 +84,7 @@ def throughput_chart(result: TuneResult) -> str:
     lo, hi = math.log2(batches[0]), math.log2(batches[-1])
     pad = 0.5 if hi > lo else 1.0
     span = hi - lo + 2 * pad
-    tick, ymax = _nice_axis(max(r.measurement.high for r in measured if r.measurement))
+    tick, ymax = nice_axis(max(r.measurement.high for r in measured if r.measurement))
 
     def xs(b: float) -> float:
         return left + (math.log2(b) - lo + pad) / span * pw
@@ -96,7 +96,7 @@ def throughput_chart(result: TuneResult) -> str:
     k = 0.0
     while k <= ymax + tick / 2:
         out.append(f'<line x1="{left}" x2="{_W - right}" y1="{ys(k):.1f}" y2="{ys(k):.1f}" stroke="#e4e7eb"/>'
-                   f'<text x="{left - 8}" y="{ys(k) + 4:.1f}" text-anchor="end">{_e(sig3(k) if k else "0")}</text>')
+                   f'<text x="{left - 8}" y="{ys(k) + 4:.1f}" text-anchor="end">{esc(sig3(k) if k else "0")}</text>')
         k += tick
     shown = batches if len(batches) <= 16 else [b for b in batches if b & (b - 1) == 0]
     for b in shown:
@@ -121,7 +121,7 @@ def throughput_chart(result: TuneResult) -> str:
             tip = (f"{r.config.label}: {sig3(m.samples_per_s)} {unit} (trials {sig3(m.low)}–{sig3(m.high)}, "
                    f"±{m.spread:.1%}); first step {format_span(m.first_step_s)}")
             parts.append(
-                f'<g class="point"><title>{_e(tip)}</title>'
+                f'<g class="point"><title>{esc(tip)}</title>'
                 f'<line class="err" x1="{x:.1f}" x2="{x:.1f}" y1="{ys(m.low):.1f}" y2="{ys(m.high):.1f}" '
                 f'stroke="{col}" stroke-width="1.5"/>'
                 f'<line x1="{x - 4:.1f}" x2="{x + 4:.1f}" y1="{ys(m.low):.1f}" y2="{ys(m.low):.1f}" stroke="{col}"/>'
@@ -134,7 +134,7 @@ def throughput_chart(result: TuneResult) -> str:
             b = r.config.batch_size
             x, y = xs(b), top + ph - 8 - 13 * stacked.get(b, 0)
             stacked[b] = stacked.get(b, 0) + 1
-            tip = _e(f"{r.config.label}: {r.status} — {r.reason or 'no reason recorded'}")
+            tip = esc(f"{r.config.label}: {r.status} — {r.reason or 'no reason recorded'}")
             if r.status == "skipped":
                 parts.append(f'<circle class="skip" cx="{x:.1f}" cy="{y:.1f}" r="5" fill="#fff" stroke="{col}" '
                              f'stroke-width="2"><title>{tip}</title></circle>')
@@ -142,7 +142,7 @@ def throughput_chart(result: TuneResult) -> str:
                 parts.append(f'<path class="fail" d="M{x - 4:.1f} {y - 4:.1f}L{x + 4:.1f} {y + 4:.1f}M{x - 4:.1f} '
                              f'{y + 4:.1f}L{x + 4:.1f} {y - 4:.1f}" stroke="{col}" stroke-width="2.5">'
                              f"<title>{tip}</title></path>")
-        out.append(f'<g class="series" data-series="{_e(name)}">{"".join(parts)}</g>')
+        out.append(f'<g class="series" data-series="{esc(name)}">{"".join(parts)}</g>')
     for r in measured:
         tag = "best" if r.config == result.best else "tie" if r.config in result.ties else ""
         if not tag:
@@ -156,7 +156,7 @@ def throughput_chart(result: TuneResult) -> str:
     svg = (f'<svg id="throughput-chart" viewBox="0 0 {_W} {h}" role="img" '
            f'aria-label="{unit} against batch size">{"".join(out)}</svg>')
     drawn = {name: m for name, m in series.items() if any(r.status != "not_run" for r in m)}
-    legend = "".join(f'<li>{_key_svg(color(m[0].config.precision), _dash(m[0].config))}{_e(name)}</li>'
+    legend = "".join(f'<li>{_key_svg(color(m[0].config.precision), _dash(m[0].config))}{esc(name)}</li>'
                      for name, m in drawn.items())
     if any(r.status == "skipped" for r in rows):
         legend += '<li><span class="sym hollow"></span>skipped (the plan says it does not fit)</li>'
@@ -231,10 +231,10 @@ def roofline_chart(result: TuneResult) -> str:
             (x1, y1), (x2, y2) = (xs(x_a), ys(x_a * bw)), (xs(x_b), ys(x_b * bw))
             angle = math.degrees(math.atan2(y2 - y1, x2 - x1))
             lx, ly = x1 + (x2 - x1) * 0.3, y1 + (y2 - y1) * 0.3
-            out.append(f'<g class="roof roof-bandwidth"><title>memory bandwidth roof: {_e(format_bandwidth(bw))}</title>'
+            out.append(f'<g class="roof roof-bandwidth"><title>memory bandwidth roof: {esc(format_bandwidth(bw))}</title>'
                        f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#495057" '
                        f'stroke-width="2.5"/><text transform="translate({lx:.1f} {ly - 8:.1f}) rotate({angle:.1f})" '
-                       f'style="fill:#495057">memory {_e(format_bandwidth(bw))}</text></g>')
+                       f'style="fill:#495057">memory {esc(format_bandwidth(bw))}</text></g>')
     seen: dict[float, list[str]] = {}
     for precision, peak in roofs.items():
         seen.setdefault(peak, []).append(precision)
@@ -243,12 +243,12 @@ def roofline_chart(result: TuneResult) -> str:
         dash = ' stroke-dasharray="8 8"' if len(seen[peak]) > 1 else ""
         x0 = xs(min(max(peak / bw, 10.0**x_lo), 10.0**x_hi)) if bw > 0 else left
         tip = f"{precision} roof: {format_flops(peak)}" + (f"; ridge at {sig3(peak / bw)} FLOP/B" if bw > 0 else "")
-        out.append(f'<g class="roof roof-{_e(precision)}" data-precision="{_e(precision)}"><title>{_e(tip)}</title>'
+        out.append(f'<g class="roof roof-{esc(precision)}" data-precision="{esc(precision)}"><title>{esc(tip)}</title>'
                    f'<line x1="{x0:.1f}" y1="{ys(peak):.1f}" x2="{_W - right}" y2="{ys(peak):.1f}" stroke="{col}" '
                    f'stroke-width="2.5"{dash}/></g>')
     for peak, names in seen.items():
         out.append(f'<text x="{_W - right - 4}" y="{ys(peak) - 6:.1f}" text-anchor="end" style="fill:'
-                   f'{color(names[0])};font-weight:600">{_e(" · ".join(names))} {_e(format_flops(peak))}</text>')
+                   f'{color(names[0])};font-weight:600">{esc(" · ".join(names))} {esc(format_flops(peak))}</text>')
     for r in pts:
         rl = r.roofline
         x, y = xs(rl.intensity), ys(rl.achieved_flops)
@@ -257,11 +257,11 @@ def roofline_chart(result: TuneResult) -> str:
         ring = ""
         if r.config == result.best:
             ring = f'<circle class="best" cx="{x:.1f}" cy="{y:.1f}" r="11" fill="none" stroke="{INK}" stroke-width="2"/>'
-        out.append(f'<g class="rl-point"><title>{_e(tip)}</title>{ring}<circle class="rl-pt" cx="{x:.1f}" '
+        out.append(f'<g class="rl-point"><title>{esc(tip)}</title>{ring}<circle class="rl-pt" cx="{x:.1f}" '
                    f'cy="{y:.1f}" r="6" fill="{color(r.config.precision)}" stroke="#fff" stroke-width="1.5"/></g>')
     svg = (f'<svg id="roofline-chart" viewBox="0 0 {_W} {h}" role="img" '
            f'aria-label="achieved FLOP/s against arithmetic intensity">{"".join(out)}</svg>')
-    legend = "".join(f'<li><span class="sw" style="background:{color(p)}"></span>{_e(p)}</li>' for p in roofs)
+    legend = "".join(f'<li><span class="sw" style="background:{color(p)}"></span>{esc(p)}</li>' for p in roofs)
     legend += f'<li>{_key_svg("#495057", marker=False)}memory bandwidth</li>'
     return (f'{svg}<ul class="legend">{legend}</ul><p class="note">Left of a roof\'s corner a configuration is '
             "bandwidth-bound, right of it compute-bound. Ringed: the best. Hover a point for its numbers.</p>")

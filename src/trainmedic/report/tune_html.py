@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainmedic._os import write_text_atomically
-from trainmedic.report.html import _CSS as BASE_CSS
-from trainmedic.report.html import _e
+from trainmedic.report.html import BASE_CSS, esc, page
 from trainmedic.report.tune_charts import color, roofline_chart, throughput_chart
 from trainmedic.report.tune_console import (
     ceilings_text,
@@ -30,7 +29,7 @@ from trainmedic.units import format_sig3 as sig3
 
 __all__ = ["render_tune_html", "write_tune_html"]
 
-_CSS = BASE_CSS + """
+TUNE_CSS = BASE_CSS + """
 .verdict{font-size:18px;font-weight:700;margin:0 0 10px}
 .gain{font-weight:700;color:#1f6a2a;margin:10px 0 0}
 .why{margin:0 0 10px;padding-left:20px}
@@ -55,14 +54,9 @@ def render_tune_html(result: TuneResult) -> str:
         f"<section><h2>Throughput against batch size</h2>{throughput_chart(result)}</section>",
         f"<section><h2>Roofline</h2>{roofline_chart(result)}</section>",
         _table(result), _notes(result),
-        f"<footer>trainmedic tune · schema {_e(SCHEMA)}</footer>",
+        f"<footer>trainmedic tune · schema {esc(SCHEMA)}</footer>",
     ])
-    return (
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f'<title>trainmedic tune: {_e(result.target)}</title><link rel="icon" href="data:,">'
-        f"<style>{_CSS}</style></head>\n<body><main>{body}</main></body></html>\n"
-    )
+    return page(f"trainmedic tune: {result.target}", TUNE_CSS, body)
 
 
 def write_tune_html(result: TuneResult, path: str | Path) -> Path:
@@ -92,50 +86,50 @@ def _header(r: TuneResult) -> str:
     time = format_span(r.elapsed_s) + (f" of {format_span(r.budget_s)}" if r.budget_s is not None else "")
     facts = [("device", r.device, ""), ("search", search_text(r).split(": ", 1)[-1], ""), ("time", time, ""),
              ("baseline", baseline, ""), ("ceilings", ceilings_text(r.ceilings), "wide")]
-    dl = "".join(f'<div class="{cls}"><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>' for k, v, cls in facts)
-    return (f'<header><h1>trainmedic tune<span class="badge {tone}">{_e(badge)}</span></h1>'
-            f'<code class="cmd">{_e(r.target)}</code><dl class="facts">{dl}</dl></header>')
+    dl = "".join(f'<div class="{cls}"><dt>{esc(k)}</dt><dd>{esc(v)}</dd></div>' for k, v, cls in facts)
+    return (f'<header><h1>trainmedic tune<span class="badge {tone}">{esc(badge)}</span></h1>'
+            f'<code class="cmd">{esc(r.target)}</code><dl class="facts">{dl}</dl></header>')
 
 
 def _verdict(r: TuneResult) -> str:
     verdict = r.verdict or ("No verdict: nothing was measured." if not r.measured else "")
-    parts = [f'<p class="verdict">{_e(verdict)}</p>'] if verdict else []
+    parts = [f'<p class="verdict">{esc(verdict)}</p>'] if verdict else []
     if r.why:
-        parts.append('<ul class="why">' + "".join(f"<li>{_e(w)}</li>" for w in r.why) + "</ul>")
+        parts.append('<ul class="why">' + "".join(f"<li>{esc(w)}</li>" for w in r.why) + "</ul>")
     if r.change:
-        parts.append(f'<h3>The change</h3><code class="cmd">{_e(r.change)}</code>')
+        parts.append(f'<h3>The change</h3><code class="cmd">{esc(r.change)}</code>')
     gain = gain_text(r)
     if gain:
-        parts.append(f'<p class="{"gain" if r.gain and "faster" in gain else "note"}">{_e(gain)}</p>')
+        parts.append(f'<p class="{"gain" if r.gain and "faster" in gain else "note"}">{esc(gain)}</p>')
     stopped = stopped_text(r)
     if stopped:
-        parts.append(f'<p class="stopped">{_e(stopped)}</p>')
+        parts.append(f'<p class="stopped">{esc(stopped)}</p>')
     return f'<section id="verdict"><h2>Verdict</h2>{"".join(parts)}</section>'
 
 
 def _table(r: TuneResult) -> str:
     heads = ["config", rate_unit(r), "±", "vs baseline", "first step", "FLOP/B", "bound", "% of roof", ""]
-    head = "".join(f'<th class="{"" if i in (0, 6, 8) else "num"}">{_e(h)}</th>' for i, h in enumerate(heads))
+    head = "".join(f'<th class="{"" if i in (0, 6, 8) else "num"}">{esc(h)}</th>' for i, h in enumerate(heads))
     body = []
     for row in ordered_rows(r):
         sw = f'<span class="sw" style="background:{color(row.config.precision)}"></span> '
-        label = f"<td>{sw}{_e(row.config.label)}</td>"
+        label = f"<td>{sw}{esc(row.config.label)}</td>"
         if row.status != "measured" or row.measurement is None:
-            body.append(f'<tr class="{_e(row.status)}">{label}<td colspan="{len(heads) - 1}">'
-                        f'<span class="status status-{_e(row.status)}">{_e(row.status.replace("_", " "))}</span>'
-                        f'{_e(row.reason or "no reason recorded")}</td></tr>')
+            body.append(f'<tr class="{esc(row.status)}">{label}<td colspan="{len(heads) - 1}">'
+                        f'<span class="status status-{esc(row.status)}">{esc(row.status.replace("_", " "))}</span>'
+                        f'{esc(row.reason or "no reason recorded")}</td></tr>')
             continue
         m, roof, tags = row.measurement, row.roofline, marks(r, row.config)
         cells = [sig3(m.samples_per_s), f"±{m.spread:.1%}", format_times(vs_baseline(r, row)),
                  format_span(m.first_step_s)]
-        nums = "".join(f'<td class="num">{_e(c)}</td>' for c in cells)
+        nums = "".join(f'<td class="num">{esc(c)}</td>' for c in cells)
         if roof is None:
             nums += '<td class="num">—</td><td>—</td><td class="num">—</td>'
         else:
-            nums += (f'<td class="num">{_e(sig3(roof.intensity))}</td><td class="bound-{_e(roof.bound)}">'
-                     f'{_e(roof.bound)}</td><td class="num">{roof.share_of_ceiling:.0%}</td>')
+            nums += (f'<td class="num">{esc(sig3(roof.intensity))}</td><td class="bound-{esc(roof.bound)}">'
+                     f'{esc(roof.bound)}</td><td class="num">{roof.share_of_ceiling:.0%}</td>')
         cls = "best" if "best" in tags else "tie" if "tie" in tags else ""
-        body.append(f'<tr class="{cls}">{label}{nums}<td class="mark">{_e(" · ".join(tags))}</td></tr>')
+        body.append(f'<tr class="{cls}">{label}{nums}<td class="mark">{esc(" · ".join(tags))}</td></tr>')
     return (f'<section><h2>Every configuration</h2><table id="tune-table"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table><p class="note">± is the spread of the timed trials around '
             "their median (the measurement's noise); first step is the untimed first step (compile, autotuning); "
@@ -146,7 +140,7 @@ def _notes(r: TuneResult) -> str:
     out = ""
     if r.warnings:
         out += ('<section class="warn-edge" id="warnings"><h2>Warnings</h2><ul class="warnings">'
-                + "".join(f"<li>{_e(w)}</li>" for w in r.warnings) + "</ul></section>")
+                + "".join(f"<li>{esc(w)}</li>" for w in r.warnings) + "</ul></section>")
     if r.notes:
-        out += "<section><h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in r.notes) + "</ul></section>"
+        out += "<section><h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in r.notes) + "</ul></section>"
     return out
