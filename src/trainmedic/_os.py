@@ -1,11 +1,13 @@
 """Small operating-system helpers shared by the data cache, the checkpoint store, the shards of
-``trainmedic.batch`` and the reports."""
+``trainmedic.batch``, the reports, and the child processes of preflight and ``tune --script``."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import socket
 import time
 from pathlib import Path
@@ -83,3 +85,30 @@ def write_text_atomically(path: Path, text: str, durable: bool = False) -> Path:
     if durable:
         fsync_dir(path.parent)
     return path
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a child's whole process group (its DataLoader workers too); one already gone is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def read_tail(path: Path, size: int) -> str:
+    """The last ``size`` bytes of a log as text; "" when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - size))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON object written by a child; None when missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -15,16 +15,14 @@ from proc_kit import alive, wait_for
 
 from trainmedic.errors import TuneError
 from trainmedic.tune.model import Config
-from trainmedic.tune.script import (
+from trainmedic.tune.script import batch_option, measure_script, script_grid
+from trainmedic.tune.script_options import (
     ARGPARSE,
     HYDRA,
     OptionStyle,
-    batch_option,
     check_options,
     command_for,
-    measure_script,
     parse_sets,
-    script_grid,
 )
 
 #: A small argparse training script: an MLP for --steps steps of --batch-size samples. It records

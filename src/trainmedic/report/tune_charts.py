@@ -13,7 +13,6 @@ import math
 from trainmedic.report.html import esc, nice_axis
 from trainmedic.report.tune_console import (
     format_span,
-    rate_unit,
 )
 from trainmedic.tune.model import PRECISIONS, Config, Row, TuneResult
 from trainmedic.units import finite, format_bandwidth, format_flops
@@ -74,7 +73,7 @@ def throughput_chart(result: TuneResult) -> str:
     if not measured:
         return ('<p class="note" id="throughput-empty">No configuration with a known batch size was measured, '
                 "so there is no throughput to plot.</p>")
-    unit = rate_unit(result)
+    unit = result.unit
     series: dict[str, list[Row]] = {}
     for row in sorted(rows, key=lambda r: (_precision_rank(r.config.precision), r.config.batch_size or 0)):
         series.setdefault(series_of(row.config), []).append(row)

@@ -65,11 +65,6 @@ def format_span(seconds: float) -> str:
     return text[:-3] if text.endswith("m00s") else text
 
 
-def rate_unit(result: TuneResult) -> str:
-    """samples/s, or steps/s when no configuration knows its batch size (a script without one)."""
-    return "samples/s" if any(r.config.batch_size is not None for r in result.rows) else "steps/s"
-
-
 def ordered_rows(result: TuneResult) -> list[Row]:
     """Best first, then measured by speed, then skipped, failed and not run, each in grid order."""
     order = {s: i for i, s in enumerate(STATUSES)}
@@ -173,7 +168,7 @@ def _table(result: TuneResult, measured: list[Row]) -> Table:
     # "batch_size=256" stays whole.
     longest = max((len(part) for row in measured for part in row.config.label.split(" · ")), default=6)
     table.add_column("config", ratio=1, min_width=min(max(longest, 6), 24))
-    table.add_column(rate_unit(result), justify="right", no_wrap=True)
+    table.add_column(result.unit, justify="right", no_wrap=True)
     table.add_column("±", justify="right", no_wrap=True)
     table.add_column("vs base", justify="right", no_wrap=True)
     table.add_column("1st step", justify="right", no_wrap=True)

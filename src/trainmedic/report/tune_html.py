@@ -19,7 +19,6 @@ from trainmedic.report.tune_console import (
     gain_text,
     marks,
     ordered_rows,
-    rate_unit,
     search_text,
     stopped_text,
     vs_baseline,
@@ -108,7 +107,7 @@ def _verdict(r: TuneResult) -> str:
 
 
 def _table(r: TuneResult) -> str:
-    heads = ["config", rate_unit(r), "±", "vs baseline", "first step", "FLOP/B", "bound", "% of roof", ""]
+    heads = ["config", r.unit, "±", "vs baseline", "first step", "FLOP/B", "bound", "% of roof", ""]
     head = "".join(f'<th class="{"" if i in (0, 6, 8) else "num"}">{esc(h)}</th>' for i, h in enumerate(heads))
     body = []
     for row in ordered_rows(r):

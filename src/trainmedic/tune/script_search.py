@@ -17,7 +17,8 @@ from trainmedic.errors import TuneError
 from trainmedic.probe.runner import check_script
 from trainmedic.tune.explain import explain
 from trainmedic.tune.model import Row, TuneResult
-from trainmedic.tune.script import check_options, command_for, measure_script, parse_sets, script_grid
+from trainmedic.tune.script import measure_script, script_grid
+from trainmedic.tune.script_options import check_options, command_for, parse_sets
 from trainmedic.tune.search import Callbacks
 from trainmedic.tune.ties import pick_best
 from trainmedic.units import format_duration

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from trainmedic._os import read_json
 from trainmedic.guard.preflight import child
 from trainmedic.guard.preflight.declarations import Experiment
 from trainmedic.guard.preflight.estimate import format_budget
@@ -27,7 +28,7 @@ from trainmedic.guard.preflight.frames import (
     with_source,
 )
 from trainmedic.guard.preflight.model import PlanCheck
-from trainmedic.guard.preflight.process import RunOutcome, read_json, run_child
+from trainmedic.guard.preflight.process import RunOutcome, run_child
 
 RESULT = "plan.json"
 

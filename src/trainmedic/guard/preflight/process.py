@@ -8,7 +8,6 @@ events show the save it was waiting for.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from trainmedic._os import kill_group, read_tail
 from trainmedic.guard.preflight import child
 
 #: How long a stuck child may take to write its stack dump before it is killed anyway; once
@@ -75,11 +75,11 @@ def run_child(
             # Also on KeyboardInterrupt, or the exception trainmedic preflight's SIGTERM/SIGHUP
             # handler raises: the group (workers, grandchildren) never outlives us.
             if proc is not None:
-                _kill_group(proc)
+                kill_group(proc.pid)
                 proc.wait()
     outcome.seconds = min(time.monotonic() - start, budget) if outcome.stuck else time.monotonic() - start
-    outcome.stdout = _tail(directory / child.STDOUT)
-    outcome.stderr = _tail(directory / child.STDERR)
+    outcome.stdout = read_tail(directory / child.STDOUT, TAIL_BYTES)
+    outcome.stderr = read_tail(directory / child.STDERR, TAIL_BYTES)
     return outcome
 
 
@@ -122,7 +122,7 @@ def _wait_for_save(proc: subprocess.Popen, budget: float, step: int, outcome: Ru
         for event in reader.read():
             if event.get("event") == "save" and isinstance(event.get("step"), int) and event["step"] >= step:
                 outcome.killed_after_save = event["step"]
-                _kill_group(proc)
+                kill_group(proc.pid)
                 proc.wait()
                 return
         code = proc.poll()
@@ -133,13 +133,6 @@ def _wait_for_save(proc: subprocess.Popen, budget: float, step: int, outcome: Ru
             outcome.stuck = True
             return
         time.sleep(POLL)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _in_group(pid: int, group: int) -> bool:
@@ -163,20 +156,3 @@ def file_size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, file_size(path) - TAIL_BYTES))
-            return handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from trainmedic._os import read_json
 from trainmedic.guard.preflight import child
 from trainmedic.guard.preflight.declarations import Experiment, Settings
 from trainmedic.guard.preflight.estimate import cpu_step_time, format_budget, session_estimate
@@ -19,7 +20,7 @@ from trainmedic.guard.preflight.failures import describe_failure, read_text, stu
 from trainmedic.guard.preflight.frames import UserFiles, Where
 from trainmedic.guard.preflight.memory_plan import plan_check
 from trainmedic.guard.preflight.model import ConfigIssue, ExperimentResult, PreflightReport
-from trainmedic.guard.preflight.process import RunOutcome, read_json, run_child
+from trainmedic.guard.preflight.process import RunOutcome, run_child
 from trainmedic.guard.preflight.resume import check_resume
 
 #: progress(experiment name, what is happening now): the CLI shows it on stderr.
