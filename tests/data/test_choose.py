@@ -44,6 +44,14 @@ def test_half_of_available_ram_is_the_ram_line():
     assert pick(10 * GiB, cuda=False, ram_budget=5 * GiB).tier == "disk"
 
 
+def test_ranks_on_one_node_share_the_half_of_the_ram():
+    # 4 torchrun ranks on a 64 GiB node would each hold a 10 GiB RAM tier: 40 GiB, past the half.
+    decision = pick(10 * GiB, cuda=False, local_ranks=4)
+    assert decision.tier == "disk"
+    assert "half of the available RAM shared by 4 ranks on this node: 8.0 GiB" in decision.lines[0]
+    assert pick(7 * GiB, cuda=False, local_ranks=4).tier == "ram"
+
+
 def test_larger_than_disk_streams_when_the_source_allows():
     assert pick(1000 * GiB, cuda=False).tier == "stream"
     with pytest.raises(TierError, match="cannot be streamed"):

@@ -38,17 +38,19 @@ def run(
     warmup: int = typer.Option(3, "--warmup", min=0, help="Steps excluded from steady state at the start."),
     interval_ms: float = typer.Option(10.0, "--interval-ms", min=1.0, help="Stack sampling interval."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the report (files are still written)."),
+    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, metavar="N", help="Run on N local torchrun ranks; one merged report (per-rank steps, the straggler)."),
 ) -> None:
     """Run a training script unmodified and report why it is slow, at which line, and what the fix buys.
 
     Use it exactly like python: `trainmedic run train.py --epochs 3` or `trainmedic run -m pkg.train`.
-    trainmedic's own options go before the script.
+    trainmedic's own options go before the script. Under torchrun (`torchrun --nproc-per-node 2 -m
+    trainmedic run train.py`) rank 0 prints one report for the whole job; --nproc N launches that.
     """
     args = list(target or [])
     if module is None and not args:
         _fail("give a script to run (trainmedic run train.py ...) or a module (trainmedic run -m pkg.train ...)")
     name = module if module is not None else args.pop(0)
-    options = RunOptions(name, args, module is not None, steps, json_path, html_path, warmup, interval_ms / 1000, quiet)
+    options = RunOptions(name, args, module is not None, steps, json_path, html_path, warmup, interval_ms / 1000, quiet, nproc)
     raise typer.Exit(run_target(options, _stderr()))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 from functools import partial
@@ -9,11 +10,14 @@ from pathlib import Path
 
 from rich.console import Console
 
+from trainmedic.cli import run_ranks
 from trainmedic.cli.output import USAGE, output_problem
 from trainmedic.diagnose import diagnose
 from trainmedic.errors import ScriptError
 from trainmedic.probe import runner
-from trainmedic.probe.session import WatchSession
+from trainmedic.probe.ranks import RankIdentity
+from trainmedic.probe.runner import Terminated
+from trainmedic.probe.session import Measurements, WatchSession
 from trainmedic.report.console import render_console
 from trainmedic.report.html import write_html
 from trainmedic.report.model import Report
@@ -30,6 +34,8 @@ class RunOptions:
     warmup: int
     interval_s: float
     quiet: bool
+    #: Run on this many local torchrun ranks and merge their reports (``--nproc``).
+    nproc: int | None = None
 
 
 def run_target(options: RunOptions, console: Console) -> int:
@@ -47,11 +53,30 @@ def run_target(options: RunOptions, console: Console) -> int:
         console.print(f"trainmedic: error: {problem}", style="red", markup=False)
         return USAGE
 
+    show = partial(emit, json_path=options.json_path, html_path=options.html_path, quiet=options.quiet, console=console)
+    if options.nproc is not None:
+        return run_ranks.launch(options, console, show)
+    identity = RankIdentity.from_env()  # a torchrun rank: its part, then one merged report
+    if identity is None:
+        report, _ = _watch(options)
+        show(report)
+        return report.exit_code
+    folder = run_ranks.start_rank(identity)
+    with run_ranks.RankSignals() as signals:
+        report, measurements = _watch(options, signals)
+        return run_ranks.finish_rank(identity, folder, report, measurements, show)
+
+
+def _watch(options: RunOptions, signals: run_ranks.RankSignals | None = None) -> tuple[Report, Measurements]:
+    """Run the script under a watch session and diagnose it."""
     command = (["-m", options.target] if options.module else [options.target]) + options.args
     session = WatchSession(warmup=options.warmup, max_steps=options.steps, interval=options.interval_s)
     session.start()
     try:
-        outcome = runner.run(options.target, options.args, module=options.module)
+        with signals.script() if signals is not None else contextlib.nullcontext():
+            outcome = runner.run(options.target, options.args, module=options.module)
+    except Terminated:  # SIGTERM in the instant between the script's end and the handler's switch
+        outcome = runner.RunOutcome(143, "interrupted", "stopped by SIGTERM")
     finally:
         measurements = session.stop()
     if outcome.traceback:
@@ -59,8 +84,7 @@ def run_target(options: RunOptions, console: Console) -> int:
         sys.stderr.flush()
     report = diagnose(measurements, command, outcome)
     sys.stdout.flush()
-    emit(report, options.json_path, options.html_path, options.quiet, console)
-    return outcome.exit_code
+    return report, measurements
 
 
 def emit(report: Report, json_path: Path | None, html_path: Path | None, quiet: bool, console: Console) -> None:

@@ -23,12 +23,13 @@ from trainmedic.data.cache import default_cache_root
 from trainmedic.data.choose import Resources, choose_tier, measure_resources
 from trainmedic.data.loader import Loader
 from trainmedic.data.materialize import Progress, progress_for, read_into_host
+from trainmedic.data.ray_build import CacheBuild, build_cache
 from trainmedic.data.sources import open_source
 from trainmedic.data.sources.arrays import ArraySource
 from trainmedic.errors import DataError, SourceError, require
 from trainmedic.units import format_bytes, format_seconds
 
-__all__ = ["Loader", "Progress", "Resources", "load"]
+__all__ = ["CacheBuild", "Loader", "Progress", "Resources", "build_cache", "load"]
 
 
 def load(
@@ -48,6 +49,7 @@ def load(
     vram_headroom: Any = 0.5,
     ram_budget: int | None = None,
     progress: bool | Progress | None = None,
+    shard: Any = "auto",
 ) -> Loader:
     """A loader of ``source`` in batches of ``batch_size``, tensors in ``fields`` order on ``device``.
 
@@ -60,11 +62,19 @@ def load(
     ``trainmedic.plan`` Plan of the training step (its reserved bytes).
     ``progress``: None draws a bar on a terminal while the source is read; False never; or an
     object with ``start/advance/stop``.
+    ``shard``: in a multi-process run each rank serves its own part of every epoch, as
+    DistributedSampler does (see :mod:`trainmedic.data.shard`; ``len(loader)`` is per rank).
+    "auto" takes the rank and world size from torch.distributed when it is initialised, else from
+    torchrun's RANK/WORLD_SIZE; False serves every sample on every process; ``(rank, world_size)``
+    says it outright. With ``tier="disk"`` the ranks of one node build the cache once and share it.
     """
     require("torch", "torch", "trainmedic.data")
     import torch
 
     batch_size = _positive_int("batch_size", batch_size)
+    from trainmedic.data.shard import resolve_shard
+
+    ranks = resolve_shard(shard)  # checked before the source is read: a bad shard= fails fast
     shuffle_block = _positive_int("shuffle_block", shuffle_block)
     if not isinstance(seed, int):
         raise DataError(f"seed={seed!r} is a {type(seed).__name__}; expected an int.")
@@ -94,6 +104,8 @@ def load(
         resources=measure_resources(device, cache_root),
         vram_headroom=vram_headroom,
         ram_budget=ram_budget,
+        # Every rank of this node holds its own RAM tier (a disk cache's pages are shared).
+        local_ranks=_local_ranks() if ranks.world_size > 1 else 1,
     )
     served = _build_tier(decision.tier, opened, device, batch_size, cache_root, bar)
     if read_first is not None:
@@ -108,6 +120,7 @@ def load(
         drop_last=bool(drop_last),
         shuffle_block=shuffle_block,
         device=device,
+        shard=ranks,
     )
 
 
@@ -127,6 +140,12 @@ def _build_tier(name: str, source: Any, device: Any, batch_size: int, cache_root
     from trainmedic.data.tiers.stream import StreamTier
 
     return StreamTier(source, device, batch_size)
+
+
+def _local_ranks() -> int:
+    """torchrun's processes on this node (LOCAL_WORLD_SIZE), 1 when it is not set or not a number."""
+    text = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return int(text) if text.isdigit() and int(text) > 0 else 1
 
 
 def _positive_int(name: str, value: Any) -> int:

@@ -9,6 +9,10 @@ full on every reuse; a bigger one in a random sample of ``SAMPLED_BLOCKS`` block
 different sample each run: reading all of a cache larger than RAM at every start would cost as
 much as the first epoch (a 378 MiB reuse spent 250 of its 277 ms on a full checksum). A damaged
 cache is rebuilt, never served. The old cache is removed only after the new one is in place.
+
+Processes that load the same source at once (the ranks of a torchrun job, on one node or on a
+shared file system) build it once: the builder holds the folder's lock (``build_lock.py``), the
+others wait until its manifest is published and then map the same files.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import BinaryIO
 import numpy as np
 
 from trainmedic._os import fsync_dir, pid_alive
+from trainmedic.data.build_lock import Holder, build_lock, lock_path, read_holder, remove_if_stale, why_stale
 from trainmedic.data.materialize import Progress, Reading
 from trainmedic.data.sources.base import FieldSpec, Source
 from trainmedic.errors import SourceError
@@ -62,6 +67,11 @@ class DiskCache:
         self.verify_seconds = 0.0
         #: What the last reuse checked: "every block" or "N of M blocks, sampled".
         self.verified = ""
+        #: Seconds the last load() waited for another process building this cache, and who that was.
+        self.waited = 0.0
+        self.waited_for: Holder | None = None
+        #: Why a stale build lock was taken over (None when none was).
+        self.took_over: str | None = None
 
     def load(self, progress: Progress) -> dict[str, np.ndarray]:
         """Memory-maps of a verified cache, building it first when missing or not trustworthy."""
@@ -72,8 +82,35 @@ class DiskCache:
         problem = self._problem()
         if problem is None:
             return self._open()
-        self.rebuilt_because = problem
-        self._build(progress)
+        announced = []
+
+        def waiting(holder: Holder) -> None:
+            announced.append(holder)
+            progress.start(f"waiting for {holder.describe()} to build the disk cache of {self.source.description}", None)
+
+        try:
+            for attempt in range(4):
+                seen = _manifest_id(self.folder)
+                # Wait for a manifest other than the one just judged (a rebuild replaces it); the
+                # last attempt waits for the lock itself, in case what gets published stays unusable.
+                ready = (lambda seen=seen: _manifest_id(self.folder) != seen) if attempt < 3 else None
+                with build_lock(self.folder, ready=ready, on_wait=waiting) as lock:
+                    self.waited += lock.waited
+                    self.waited_for = lock.holder or self.waited_for
+                    self.took_over = lock.took_over or self.took_over
+                    problem = self._problem()  # the holder we waited for may have built it
+                    if problem is None:
+                        break
+                    if lock.held:
+                        if announced:  # the wait note's bar ends before the build's own starts
+                            progress.stop()
+                            announced.clear()
+                        self.rebuilt_because = problem
+                        self._build(progress)
+                        break
+        finally:
+            if announced:
+                progress.stop()
         return self._open()
 
     # -- checking -----------------------------------------------------------------------------
@@ -127,7 +164,7 @@ class DiskCache:
     # -- building -----------------------------------------------------------------------------
 
     def _build(self, progress: Progress) -> None:
-        self._sweep_abandoned()
+        self._sweep_abandoned()  # under the build lock: see there
         tmp = self.root / f".tmp-{self.folder.name}-{os.getpid()}-{os.urandom(3).hex()}"
         tmp.mkdir()
         try:
@@ -201,14 +238,33 @@ class DiskCache:
         self.manifest = manifest
 
     def _sweep_abandoned(self) -> None:
-        """Remove build and stale folders of processes that died before cleaning up (pid gone)."""
+        """Remove build and stale folders of processes that died before cleaning up.
+
+        This folder's own leftovers go whoever wrote them: the caller holds its build lock, so no
+        live process builds it (one on another host of a shared file system included, whose pid
+        cannot be checked here). Other folders' leftovers go when their pid is gone.
+        """
+        mine = (f".tmp-{self.folder.name}-", f".stale-{self.folder.name}-")
         for path in [*self.root.glob(".tmp-*"), *self.root.glob(".stale-*")]:
             try:
-                pid = int(path.name.rsplit("-", 2)[1])
-            except (IndexError, ValueError):
+                owner, pid, _ = path.name.split("-", 1)[1].rsplit("-", 2)
+                pid = int(pid)
+            except ValueError:
                 continue
-            if not pid_alive(pid):
+            if path.name.startswith(mine):
                 shutil.rmtree(path, ignore_errors=True)
+            elif not pid_alive(pid) and not _building(self.root / owner):
+                # A pid is only known on its own host: another host's live build (a shared file
+                # system, a Ray worker) still holds its folder's lock.
+                shutil.rmtree(path, ignore_errors=True)
+        for lock in self.root.glob("*.lock"):  # of other folders' builds that were killed
+            remove_if_stale(lock)
+
+
+def _building(folder: Path) -> bool:
+    """Whether some process, on any host, holds ``folder``'s build lock and is alive."""
+    holder = read_holder(lock_path(folder))
+    return holder is not None and why_stale(holder) is None
 
 
 class BlockCrc:
@@ -233,6 +289,15 @@ class BlockCrc:
         return self.blocks + ([self.crc] if self.filled else [])
 
 
+def _manifest_id(folder: Path) -> tuple[int, int] | None:
+    """Which manifest is published (inode, mtime): publishing renames a new folder into place."""
+    try:
+        st = (folder / "manifest.json").stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def _sample(n_blocks: int) -> list[int]:
     """The first and last block (where truncation and torn writes show) and a random sample."""
     if n_blocks <= SAMPLED_BLOCKS:
@@ -255,3 +320,35 @@ def _file_name(field: str) -> str:
     # Field names may hold "/" (HDF5 groups); a short hash keeps "a/b" and "a_b" apart.
     tag = hashlib.blake2b(field.encode(), digest_size=3).hexdigest()
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', field)[:60]}-{tag}.bin"
+
+
+# -- for caches whose field files were written elsewhere (data.build_cache's Ray tasks) -----------
+
+
+def field_file(field: str) -> str:
+    """The file name of ``field`` in a cache folder (the one ``DiskCache._write`` uses)."""
+    return _file_name(field)
+
+
+def build_manifest(source: Source, rows: int, crc_blocks: dict[str, list[int]], seconds: float) -> dict:
+    """The manifest ``DiskCache._write`` writes, for field files written by other processes: the
+    same keys and values, so a later ``DiskCache.load`` reuses that cache instead of rebuilding."""
+    return {
+        "format": FORMAT,
+        "source": source.description,
+        "fingerprint": source.fingerprint(),
+        "length": rows,
+        "fields": [
+            {
+                "name": s.name,
+                "file": _file_name(s.name),
+                "dtype": np.dtype(s.dtype).str,
+                "shape": list(s.shape),
+                "bytes": rows * s.sample_bytes,
+                "crc32_blocks": crc_blocks[s.name],
+            }
+            for s in source.specs
+        ],
+        "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "build_seconds": round(seconds, 3),
+    }

@@ -74,13 +74,17 @@ def choose_tier(
     resources: Resources,
     vram_headroom: Any = 0.5,
     ram_budget: int | None = None,
+    local_ranks: int = 1,
 ) -> Decision:
-    """Pick the tier for ``nbytes`` of decoded samples, or check a forced one; explain both."""
+    """Pick the tier for ``nbytes`` of decoded samples, or check a forced one; explain both.
+
+    ``local_ranks`` processes on this node each hold their own RAM tier: they share the half."""
     if requested not in ("auto",) + TIERS:
         raise TierError(f"tier={requested!r} is not a tier; expected one of 'auto', {', '.join(repr(t) for t in TIERS)}.")
     r = resources
-    ram_limit = ram_budget if ram_budget is not None else r.ram_available // 2
-    ram_note = "ram_budget" if ram_budget is not None else "half of the available RAM"
+    ram_limit = ram_budget if ram_budget is not None else r.ram_available // 2 // max(local_ranks, 1)
+    ram_note = "ram_budget" if ram_budget is not None else "half of the available RAM" + (
+        f" shared by {local_ranks} ranks on this node" if local_ranks > 1 else "")
     lines = [f"RAM: {format_bytes(r.ram_available)} available; {ram_note}: {format_bytes(ram_limit)}"]
     vram_limit = None
     if cuda and r.vram_free is not None and r.vram_total is not None:

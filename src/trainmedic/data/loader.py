@@ -7,6 +7,10 @@ the cursor is already inside epoch ``n``, which is what makes ``load_state_dict`
 ``for epoch in range(start, epochs): loader.set_epoch(epoch)`` loop resume mid-epoch). The state
 is the position plus what fixes the order, so a restored loader yields exactly the batches an
 uninterrupted one would have.
+
+In a multi-process run each rank serves its ``shard`` of every epoch's order (``shard.py``); the
+position counts this rank's batches, which every rank advances in step, so one rank's state
+resumes any rank of a run with the same number of processes.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 
 from trainmedic.data.choose import Decision
 from trainmedic.data.order import batch_count, batch_slices, epoch_order
+from trainmedic.data.shard import Shard
 from trainmedic.data.sources.base import Source
 from trainmedic.data.tiers.base import Tier
 from trainmedic.errors import ResumeError
@@ -41,6 +46,7 @@ class Loader:
         drop_last: bool,
         shuffle_block: int,
         device: Any,
+        shard: Shard | None = None,
     ) -> None:
         self._source = source
         self._tier = tier
@@ -53,6 +59,10 @@ class Loader:
         self.device = device
         self.fields: tuple[str, ...] = source.fields
         self.length: int = int(source.length or 0)
+        self.shard = shard = shard or Shard()
+        self.rank, self.world_size = shard.rank, shard.world_size
+        #: Samples this rank serves per epoch: its shard of ``length`` (all of it without sharding).
+        self.samples_per_epoch = shard.samples(self.length, drop_last)
         self.epoch = 0
         self._position = 0  # batches of the current epoch already served
         self._iteration = 0  # counts iter() calls; only the newest iterator moves the cursor
@@ -64,7 +74,8 @@ class Loader:
         return self._tier.name
 
     def __len__(self) -> int:
-        return batch_count(self.length, self.batch_size, self.drop_last)
+        """Batches per epoch on this rank (every rank serves as many)."""
+        return batch_count(self.samples_per_epoch, self.batch_size, self.drop_last)
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         self._iteration += 1
@@ -77,7 +88,7 @@ class Loader:
             self.epoch, self._position = epoch + 1, 0
             return
         order = self.order(epoch)
-        for batch in self._tier.epoch(order, batch_slices(self.length, self.batch_size, self.drop_last, start)):
+        for batch in self._tier.epoch(order, batch_slices(len(order), self.batch_size, self.drop_last, start)):
             if self.epoch != epoch or self._iteration != mine:  # the cursor moved elsewhere
                 return
             self._position += 1
@@ -104,6 +115,8 @@ class Loader:
             "drop_last": self.drop_last,
             "length": self.length,
             "fields": list(self.fields),
+            "rank": self.rank,
+            "world_size": self.world_size,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -114,6 +127,18 @@ class Loader:
                 f"(format {state.get('format') if isinstance(state, dict) else type(state).__name__!r}); "
                 f"pass what loader.state_dict() returned."
             )
+        saved_world = state.get("world_size", 1)  # states from before sharding: one process
+        if saved_world != self.world_size:
+            raise ResumeError(
+                f"the saved loader was rank {state.get('rank', 0)} of world_size={saved_world} processes and this one "
+                f"is rank {self.rank} of world_size={self.world_size}; each rank's share of an epoch depends on the "
+                f"number of processes, so resuming would serve some samples twice and others never. Resume with "
+                f"{saved_world} process(es) (e.g. torchrun --nproc-per-node {saved_world}), or skip load_state_dict "
+                f"and start at the next epoch boundary: loader.set_epoch({int(state.get('epoch', 0)) + 1})."
+            )
+        # Another rank's state is accepted: every rank serves as many batches per epoch and a DDP
+        # loop advances them together, so the position is the same on all ranks (a checkpoint
+        # written by rank 0 resumes rank 1); the shard itself comes from this loader's rank.
         for key in ("length", "batch_size", "seed", "shuffle", "shuffle_block", "drop_last", "fields"):
             mine = list(self.fields) if key == "fields" else getattr(self, key)
             if state.get(key) != mine:
@@ -130,7 +155,8 @@ class Loader:
         source = self._source
         specs = ", ".join(s.describe() for s in source.specs)
         n_batches = len(self)
-        last = self.length - (n_batches - 1) * self.batch_size if n_batches and not self.drop_last else self.batch_size
+        mine = self.samples_per_epoch
+        last = mine - (n_batches - 1) * self.batch_size if n_batches and not self.drop_last else self.batch_size
         lines = [
             f"source: {source.kind} {source.description}",
             f"data: {self.length} samples × {format_bytes(source.sample_bytes)} = {format_bytes(self.length * source.sample_bytes)} ({specs})",
@@ -138,8 +164,9 @@ class Loader:
             f"tier: {self.tier} — " + "; ".join(self._tier.facts),
             f"batches: {n_batches} of {self.batch_size} per epoch"
             + (f" (last {last})" if last != self.batch_size else "")
-            + (", last short batch dropped" if self.drop_last and self.length % self.batch_size else "")
+            + (", last short batch dropped" if self.drop_last and mine % self.batch_size else "")
             + f", tensors on {self.device}",
+            self.shard.describe(self.length, self.drop_last),
             self._order_line(),
             f"position: epoch {self.epoch}, {self._position} of {n_batches} batches served (state_dict() resumes here)",
         ]
@@ -148,8 +175,9 @@ class Loader:
     # -- helpers -------------------------------------------------------------------------------
 
     def order(self, epoch: int) -> np.ndarray:
-        """The sample indices epoch ``epoch`` serves, in order (the same on every tier)."""
-        return epoch_order(self.length, shuffle=self.shuffle, seed=self.seed, epoch=epoch, shuffle_block=self.shuffle_block)
+        """The sample indices this rank serves in epoch ``epoch``, in order (the same on every tier)."""
+        order = epoch_order(self.length, shuffle=self.shuffle, seed=self.seed, epoch=epoch, shuffle_block=self.shuffle_block)
+        return self.shard.indices(order, self.drop_last)
 
     def _order_line(self) -> str:
         if not self.shuffle:
@@ -166,6 +194,13 @@ class Loader:
             )
         return line
 
+    def keras(self, inputs: Any = None, targets: Any = None, sample_weights: str | None = None) -> Any:
+        """These batches as a ``keras.utils.PyDataset`` for ``model.fit`` (``inputs``/``targets``: field
+        names; the epochs follow this loader's seeded orders). See :mod:`trainmedic.data.keras_feed`."""
+        from trainmedic.data.keras_feed import keras_dataset
+
+        return keras_dataset(self, inputs, targets, sample_weights)
+
     def close(self) -> None:
         self._tier.close()
         self._source.close()
@@ -177,4 +212,5 @@ class Loader:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<trainmedic.data.Loader tier={self.tier} fields={list(self.fields)} batches={len(self)} device={self.device}>"
+        shard = f" rank={self.rank}/{self.world_size}" if self.world_size > 1 else ""
+        return f"<trainmedic.data.Loader tier={self.tier} fields={list(self.fields)} batches={len(self)}{shard} device={self.device}>"

@@ -118,7 +118,8 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising) -> list[F
         ops = max((loop.ops_per_step for loop in loops.values()), default=0.0)
         growth = rising.ratio if rising else stats.growth
         ctx = Context(
-            where, seconds / n_steps, stats.median_s, m.device.kind, ops, growth, m.sources, function
+            where, seconds / n_steps, stats.median_s, m.device.kind, ops, growth, m.sources, function,
+            step_source=m.step_source,
         )
         advice = RULES[category](kind, ctx)
         evidence = [f"{share:.1%} of steady-state step time ({format_seconds(seconds / n_steps)} of a {format_seconds(stats.median_s)} median step)"]
@@ -200,7 +201,7 @@ def _notes(m: Measurements, scope: str, anchored: bool, loops) -> list[str]:
     notes = []
     if m.step_source is None:
         notes.append(
-            "No training steps were detected (no optimizer.step(), no DataLoader iteration, no marker). "
+            "No training steps were detected (no optimizer.step(), no Keras fit, no DataLoader iteration, no marker). "
             "Mark each step with `import trainmedic` and `trainmedic.step()` at the end of the loop body; "
             "the breakdown below covers the whole run."
         )

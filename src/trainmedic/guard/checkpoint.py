@@ -5,7 +5,8 @@ before it; the Checkpointer decides which calls write (see ``schedule.py``), wri
 (``store.py``), captures every random stream with the objects (``rng.py``, ``state.py``), and on
 SIGTERM/SIGUSR1 or near the deadline writes at the next boundary and ends the run cleanly.
 Messages go to the ``trainmedic.guard`` logger: INFO for a resume, WARNING for a skipped
-checkpoint, a stop or an inexact resume.
+checkpoint, a stop or an inexact resume. Under torch.distributed the ranks decide together,
+rank 0 writes and every rank resumes from the same checkpoint (``ranks.py``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import logging
 import operator
 import os
 import re
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from trainmedic._version import __version__
 from trainmedic.errors import CheckpointError, CheckpointMismatchError, Preempted
+from trainmedic.guard import ranks as ranks_mod
 from trainmedic.guard import rng, serialize, state, store
 from trainmedic.guard.preflight_log import PreflightLog
 from trainmedic.guard.records import CheckpointInfo, RestoreInfo, SaveInfo
@@ -30,6 +33,8 @@ from trainmedic.units import format_duration, format_seconds
 logger = logging.getLogger("trainmedic.guard")
 
 _RNG = "_rng"
+#: The key of the random streams of every rank, in rank order, in a multi-process checkpoint.
+_PER_RANK = "per_rank"
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 #: Exit code after the deadline save: EX_TEMPFAIL, "try again" — the run is not finished.
 DEADLINE_EXIT_CODE = 75
@@ -80,6 +85,9 @@ class Checkpointer:
         self._pending: tuple[int, dict[str, Any]] | None = None
         self._seq = store.next_seq(self.directory)
         self._stop_reason: str | None = None
+        self._stop_signal: int | None = None  # the signal that stopped the run, on whichever rank it came
+        self._late_signal: int | None = None  # a signal any rank received while the last save was written
+        self._ranks: ranks_mod.Ranks | None = None  # found at the first restore/save/close of a torchrun job
         self._bad: set[Path] = set()  # checkpoints restore found corrupt: dropped once a newer one is written
         # After a signal the loop has about three steps and a save to reach save(); then the signal
         # does what it would have done without trainmedic.
@@ -102,9 +110,15 @@ class Checkpointer:
         """
         now = time.monotonic()
         reason = self._schedule.due(step, now)
-        if self._signals is not None and self._signals.received is not None and self._stop_reason is None:
+        received = self._received_here()
+        coordinated = self._coordination()
+        if coordinated is not None:  # every rank writes and stops at the same step (ranks.py)
+            reason, received = coordinated.decide(reason, received, _whole_step(step), self._schedule, now)
+        if received is not None and self._stop_reason is None:
             reason = self._stop_reason = "signal"
-            self._signals.saving = True
+            self._stop_signal = received
+            if self._signals is not None:
+                self._signals.saving = True
         elif reason == "deadline":
             self._stop_reason = "deadline"  # whatever else asked for this save, the run ends after it
         elif phase is not None:
@@ -116,10 +130,12 @@ class Checkpointer:
             self._schedule.last_exit = now
             return False
         self._write(step, phase, objects, reason)
-        if self._stop_reason is None and self._signals is not None and self._signals.received is not None:
+        if self._stop_reason is None and self._late_signal is not None:
             # The signal came while this save was writing: it already holds this step boundary.
             self._stop_reason = "signal"
-            self._signals.saving = True
+            self._stop_signal = self._late_signal
+            if self._signals is not None:
+                self._signals.saving = True
         if self._stop_reason is not None and self.exit_on_stop:
             self._exit()
         return True
@@ -142,6 +158,9 @@ class Checkpointer:
                 self._bad.add(entry.path)
             else:
                 chosen = (entry, manifest)
+        coordinated = self._coordination()
+        if coordinated is not None:
+            coordinated.check_same_choice(chosen[1]["step"] if chosen else 0, chosen[0].path if chosen else None)
         if chosen is None:
             self._room_for(objects)
             self.resumed = RestoreInfo(0, None, None, (), tuple(skipped), (), tuple(objects))
@@ -149,12 +168,13 @@ class Checkpointer:
             self._schedule.last_exit = time.monotonic()  # set-up since __init__ is not a step
             return 0
         entry, manifest = chosen
+        world_note = self._check_world(entry.path, manifest, objects)
         sources = self._sources(objects, chosen, older)
         loaded = {name: self._load(path, mf, name) for name, (path, mf) in sources.items()}
         for name, saved in loaded.items():
             saved_type = sources[name][1].get("types", {}).get(name)
             state.check(name, objects[name], saved, str(sources[name][0]), saved_type)
-        values, notes = {}, []
+        values, notes = {}, [world_note] if world_note else []
         for name, saved in loaded.items():
             value, note = state.apply(name, objects[name], saved, str(sources[name][0]))
             if saved.kind == state.VALUE:
@@ -162,7 +182,7 @@ class Checkpointer:
             if note:
                 notes.append(note)
         if self.capture_rng and f"{_RNG}.pt" in manifest["files"]:
-            notes += rng.restore(self._load(entry.path, manifest, _RNG).state)
+            notes += rng.restore(self._my_streams(self._load(entry.path, manifest, _RNG).state, notes))
         info = CheckpointInfo.from_manifest(entry.path, manifest)
         self._phases = list(info.phases_done)
         self._schedule.resumed(info.step, info.save_seconds)
@@ -185,6 +205,7 @@ class Checkpointer:
     def close(self) -> SaveInfo | None:
         """Write the last ``save()`` call if it was skipped, and give the signal handlers back."""
         written = None
+        self._coordination()  # (the ranks agreed on every save, so they agree on this one too)
         if self._pending is not None and self._stop_reason is None:
             step, objects = self._pending
             if self.last_save is None or step > self.last_save.step:
@@ -249,13 +270,49 @@ class Checkpointer:
                 "(at most 100 characters), e.g. phase='pool'."
             )
         self._check_names(objects)
+        phases = self._phases + ([phase] if phase is not None and phase not in self._phases else [])
+        streams = rng.capture() if self.capture_rng else None
+        ranks = self._ranks
+        if ranks is None:
+            info = self._write_here(step, phase, objects, reason, streams, phases, started)
+            self._late_signal = self._received_here()
+            return info
+        if streams is not None:
+            streams = {_PER_RANK: ranks.gather(streams)}  # each rank's own dropout masks resume too
+        written = None
+        if ranks.rank == 0:
+            try:
+                written = self._write_here(step, phase, objects, reason, streams, phases, started)
+            except BaseException as exc:
+                ranks.gather((None, f"{type(exc).__name__}: {exc}", self._received_here()))
+                raise
+        # The other ranks wait here for rank 0's result: nobody moves on (or exits after a stop)
+        # before the checkpoint is durable, and a failed write fails every rank.
+        results = ranks.gather((written, None, self._received_here()))
+        self._late_signal = max((r[2] or 0 for r in results), default=0) or None
+        info, error = results[0][0], results[0][1]
+        if error is not None:
+            raise CheckpointError(
+                f"rank 0 could not save step {step} to {self.directory}: {error}. This rank stops with it; the previous "
+                "checkpoints are intact (rank 0's log has the details)."
+            )
+        if ranks.rank != 0:
+            self._phases = phases
+            self._schedule.wrote(step, info.seconds, reason)
+            self._pending = None
+            self.last_save = info
+            logger.debug("trainmedic: rank 0 wrote %s (%s)", info, reason)
+        return info
+
+    def _write_here(
+        self, step: int, phase: str | None, objects: dict[str, Any], reason: str, streams: Any, phases: list[str], started: float
+    ) -> SaveInfo:
         captured = {name: state.capture(obj) for name, obj in objects.items()}
         payloads: dict[str, Any] = {name: saved.state for name, saved in captured.items()}
-        if self.capture_rng:
-            payloads[_RNG] = rng.capture()
+        if streams is not None:
+            payloads[_RNG] = streams
         if self.last_save is None:
             store.check_room(self.directory, sum(state.nbytes(p) for p in payloads.values()), f"the checkpoint of step {step}")
-        phases = self._phases + ([phase] if phase is not None and phase not in self._phases else [])
         now = time.time()
         header = {
             "phase": phase,
@@ -265,6 +322,9 @@ class Checkpointer:
             "objects": {name: saved.kind for name, saved in captured.items()},
             "types": {name: state.type_name(obj) for name, obj in objects.items()},
             "trainmedic": __version__,
+            "world_size": ranks_mod.world_size(self._ranks),
+            # What cannot resume at another world size (ranks.py); empty in a 1-process run.
+            "sharded": sorted(name for name, obj in objects.items() if ranks_mod.sharded(obj)),
         }
         written = store.write_checkpoint(self.directory, self._seq, step, payloads, header)
         self._seq = written.manifest["seq"] + 1
@@ -289,8 +349,10 @@ class Checkpointer:
     def _exit(self) -> None:
         saved = self.last_save
         assert saved is not None
-        if self._stop_reason == "signal" and self._signals is not None:
-            why, code = f"{self._signals.name} received", 128 + int(self._signals.received or 0)
+        if self._stop_reason == "signal":
+            number = self._stop_signal or self._received_here() or int(signal.SIGTERM)
+            here = self._received_here() is not None
+            why, code = f"{signal.Signals(number).name} received{'' if here else ' by another rank'}", 128 + number
         else:
             deadline_in = self._schedule.seconds_left(time.monotonic()) or 0.0
             why, code = f"the deadline is {format_duration(max(deadline_in, 0.0))} away", DEADLINE_EXIT_CODE
@@ -302,6 +364,38 @@ class Checkpointer:
         )
         logger.warning(message)
         raise Preempted(code, message, saved.step, str(saved.path))
+
+    def _received_here(self) -> int | None:
+        return self._signals.received if self._signals is not None else None
+
+    def _coordination(self) -> ranks_mod.Ranks | None:
+        # Looked for again until found: init_process_group may come after the first restore().
+        if self._ranks is None:
+            self._ranks = ranks_mod.Ranks.detect()
+        return self._ranks
+
+    def _check_world(self, path: Path, manifest: dict[str, Any], objects: dict[str, Any]) -> str | None:
+        """CheckpointError when a sharded data position would resume at another world size; else a note."""
+        saved, current = manifest.get("world_size", 1), ranks_mod.world_size(self._ranks)
+        if saved == current:
+            return None
+        names = [n for n in objects if n in manifest.get("sharded", []) or ranks_mod.sharded(objects[n])]
+        if names:
+            raise ranks_mod.world_mismatch(path, saved, current, names)
+        return (
+            f"{path} was saved by {saved} process(es) and this run has {current}: the objects load as saved, but the "
+            "batches per step of the whole run change with the number of processes."
+        )
+
+    def _my_streams(self, streams: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+        """This rank's random streams from a checkpoint (one of several ranks, or of one process)."""
+        if _PER_RANK not in streams:
+            return streams
+        per_rank, rank = streams[_PER_RANK], self._ranks.rank if self._ranks is not None else 0
+        if rank < len(per_rank):
+            return per_rank[rank]
+        notes.append(f"the checkpoint holds the random streams of {len(per_rank)} ranks; rank {rank} takes rank 0's.")
+        return per_rank[0]
 
     def _sources(self, objects: dict[str, Any], chosen: tuple[Any, dict], older: list[store.Entry]) -> dict[str, tuple[Path, dict]]:
         """Where each object comes from: the newest checkpoint, or else the phase checkpoint that saved it.

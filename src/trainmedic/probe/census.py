@@ -53,6 +53,8 @@ class OpCensus:
             if code_info(frame)[0]:
                 self.by_function[function_key(frame.f_code)] += 1
                 return
+            if _framework_step(frame.f_code, frame.f_globals):
+                return  # the framework's own train step, not a loop the user wrote (see below)
             frame = frame.f_back
 
     def stop(self) -> None:
@@ -64,3 +66,23 @@ class OpCensus:
             mode.__exit__(None, None, None)
         except Exception:  # noqa: BLE001 - the user's code may have left another mode on top
             pass
+
+
+# Keras's fit runs the whole train step itself: metrics, loss tracking and the optimizer's
+# per-variable updates issued ~580 torch calls a step for a two-layer Dense model (torch
+# backend), which, charged to the user's `model.fit(...)` line, read as a tiny-op loop there.
+# Ops reached through Keras's trainer with no user frame in between are the framework's; a
+# user's own train_step or layer call() sits inside the trainer and is still counted.
+_FRAMEWORK: dict[Any, bool] = {}
+
+
+def _framework_step(code: Any, globals_: dict) -> bool:
+    known = _FRAMEWORK.get(code)
+    if known is None:
+        module = globals_.get("__name__")
+        known = _FRAMEWORK[code] = isinstance(module, str) and (
+            module.startswith("keras.src.trainers.")
+            or (module.startswith("keras.src.backend.") and module.endswith(".trainer"))
+        )
+    return known
+

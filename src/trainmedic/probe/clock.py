@@ -1,7 +1,9 @@
 """Step boundaries: where one training step ends and the next begins.
 
 Boundaries come from several sources; the most explicit one wins. A user's ``trainmedic.step()``
-marker beats ``optimizer.step()``, which beats a data loader's ``next``. When a better source
+marker beats a Keras training batch (``model.fit`` / ``train_on_batch``, see ``keras_hooks.py``),
+which beats ``optimizer.step()``, which beats a data loader's ``next`` (Keras on the torch backend
+feeds ``fit`` through a DataLoader of its own, so its ``next`` must not win). When a better source
 shows up mid-run (the first optimizer step after the loader's first ``next``), counting starts
 over from there, so a step always means the same thing throughout a report.
 
@@ -18,7 +20,8 @@ from trainmedic.probe.decimate import Decimator
 MARKER = "marker"
 OPTIMIZER = "optimizer"
 LOADER = "loader"
-_PRIORITY = {LOADER: 1, OPTIMIZER: 2, MARKER: 3}
+KERAS = "keras"
+_PRIORITY = {LOADER: 1, OPTIMIZER: 2, KERAS: 3, MARKER: 4}
 
 
 class StepLimitReached(BaseException):

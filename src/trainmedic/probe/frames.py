@@ -55,6 +55,43 @@ _LIBRARIES: tuple[tuple[str, str, str], ...] = (
     ("torch.optim", COMPUTE, "optimizer"),
     ("torch.amp", COMPUTE, "optimizer"),
     ("torch._dynamo", COMPUTE, "forward"),
+    # A rank blocked in dist.all_reduce / barrier waits for the other ranks (probe/collectives.py
+    # times it too). DDP's own all-reduce waits inside backward, in C++: no frame of its own.
+    ("torch.distributed.distributed_c10d", SYNC, "collective"),
+    ("torch.distributed._functional_collectives", SYNC, "collective"),
+    # Keras 3 (any backend). Its data adapters, epoch iterator and PyDataset machinery are the
+    # data loader: the user's own generator or PyDataset.__getitem__ under them is a "transform"
+    # at the user's line. The trainer, layers, ops and the backend are the model's compute.
+    ("keras", COMPUTE, "forward"),
+    ("keras.src.trainers.data_adapters", DATA, "loader"),
+    ("keras.src.trainers.epoch_iterator", DATA, "loader"),
+    ("keras.src.utils.dataset_utils", DATA, "loader"),
+    ("keras.src.utils.image_dataset_utils", DATA, "loader"),
+    ("keras.src.utils.text_dataset_utils", DATA, "loader"),
+    ("keras.src.utils.audio_dataset_utils", DATA, "loader"),
+    ("keras.src.utils.timeseries_dataset_utils", DATA, "loader"),
+    ("keras.src.optimizers", COMPUTE, "optimizer"),
+    ("keras.src.backend.torch.optimizers", COMPUTE, "optimizer"),
+    ("keras.src.backend.tensorflow.optimizer", COMPUTE, "optimizer"),
+    ("keras.src.backend.jax.optimizer", COMPUTE, "optimizer"),
+    ("keras.src.callbacks", HOST_OTHER, "logging"),
+    ("keras.src.callbacks.progbar_logger", HOST_OTHER, "progress bar"),
+    ("keras.src.utils.progbar", HOST_OTHER, "progress bar"),
+    # The progress bar prints through io_utils; callbacks turn logs into floats with python_utils.
+    ("keras.src.utils.io_utils", HOST_OTHER, "logging"),
+    ("keras.src.utils.python_utils", HOST_OTHER, "logging"),
+    ("keras.src.callbacks.model_checkpoint", HOST_OTHER, "checkpoint"),
+    ("keras.src.callbacks.backup_and_restore", HOST_OTHER, "checkpoint"),
+    ("keras.src.saving", HOST_OTHER, "checkpoint"),
+    # TensorFlow: tf.data (and a generator it calls back into) is data; the rest runs the model.
+    # A tf.data pipeline inside a tf.function has no Python frames: only TF's profiler sees it.
+    ("tensorflow", COMPUTE, "forward"),
+    ("tensorflow.python.data", DATA, "loader"),
+    ("tensorflow.python.keras.engine.data_adapter", DATA, "loader"),
+    ("tensorflow.python.keras.callbacks", HOST_OTHER, "logging"),
+    ("tensorflow.python.keras.utils.generic_utils", HOST_OTHER, "progress bar"),
+    ("tensorflow.python.training.tracking", HOST_OTHER, "checkpoint"),
+    ("tensorflow.python.checkpoint", HOST_OTHER, "checkpoint"),
     ("torch.serialization", HOST_OTHER, "checkpoint"),
     ("logging", HOST_OTHER, "logging"),
     ("json", HOST_OTHER, "logging"),

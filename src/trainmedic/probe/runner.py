@@ -30,6 +30,11 @@ _NOT_PYTHON_HINTS = {
 }
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised on the main thread of a torchrun rank so that its report is still written
+    (torchrun stops every rank with SIGTERM when one fails)."""
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     exit_code: int
@@ -101,6 +106,8 @@ def run(target: str, args: list[str], module: bool = False) -> RunOutcome:
         return RunOutcome(code, "exit", message)
     except KeyboardInterrupt:
         return RunOutcome(130, "interrupted", "interrupted by Ctrl+C (SIGINT)")
+    except Terminated:
+        return RunOutcome(143, "interrupted", "stopped by SIGTERM (torchrun stops every rank when one fails)")
     except BaseException as exc:  # noqa: BLE001 - the user's exception is the outcome, not ours
         return RunOutcome(1, "exception", _one_line(exc), _user_traceback(exc))
     finally:

@@ -14,8 +14,10 @@ from trainmedic.errors import WatchError
 from trainmedic.probe import device as device_probe
 from trainmedic.probe.census import OpCensus
 from trainmedic.probe.clock import MARKER, StepClock
+from trainmedic.probe.collectives import CollectiveStats, CollectiveTimer
 from trainmedic.probe.frames import FrameClassifier
 from trainmedic.probe.hooks import TorchHooks
+from trainmedic.probe.keras_hooks import KerasHooks
 from trainmedic.probe.recorder import Aggregate, Recorder
 from trainmedic.probe.sampler import DEFAULT_INTERVAL_S, StackSampler
 from trainmedic.probe.source_facts import Sources
@@ -48,6 +50,8 @@ class Measurements:
     notes: list[str] = field(default_factory=list)
     #: The files, databases and datasets the script read its data from (see probe/sources.py).
     sources: Sources = field(default_factory=Sources)
+    #: Seconds each steady step waited in collectives (DDP all-reduce, dist.* calls): torchrun ranks.
+    collectives: CollectiveStats = field(default_factory=CollectiveStats)
 
 
 _active: "WatchSession | None" = None
@@ -74,6 +78,8 @@ class WatchSession:
         self.classifier = FrameClassifier(cwd=cwd)
         self.sampler = StackSampler(self.clock, self.recorder, self.classifier, interval=interval)
         self.hooks = TorchHooks(self.clock)
+        self.keras = KerasHooks(self.clock, self.hooks.batch_sizes)  # fit steps; one batch-size count
+        self.collectives = CollectiveTimer(self.clock)
         self.sources = SourceRecorder()
         self.census = OpCensus(self.classifier, start_step=1, steps=max(warmup - 1, 0))
         self.nvml: device_probe.NvmlSampler | None = None
@@ -92,7 +98,9 @@ class WatchSession:
             _active = self
         self._started_at = time.perf_counter()
         self.hooks.on_install.append(lambda torch: self.clock.listeners.append(self._on_step))
+        self.hooks.on_install.append(self.collectives.install)
         self.hooks.install()
+        self.keras.install()
         self.sources.install()
         self.sampler.start()
         return self
@@ -126,6 +134,8 @@ class WatchSession:
         self.sampler.stop()
         self.census.stop()
         self.hooks.uninstall()
+        self.keras.uninstall()
+        self.collectives.uninstall()
         self.sources.uninstall()
         if self.nvml is not None:
             self.nvml.stop()
@@ -155,6 +165,7 @@ class WatchSession:
             samples=self.sampler.samples,
             sampler_busy_s=self.sampler.busy_seconds,
             sources=self.sources.snapshot(model_batch=self.hooks.batch_size()),
+            collectives=self.collectives.stats(),
         )
         return self._measurements
 

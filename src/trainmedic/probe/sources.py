@@ -297,7 +297,9 @@ class SourceRecorder:
 
         def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
             original(loader, *args, **kwargs)
-            if _active is not None and not _called_from(("trainmedic.data",)):
+            # Keras on the torch backend wraps fit's input in a DataLoader of its own: not the
+            # user's Dataset, and no data.load() can be built from it.
+            if _active is not None and not _called_from(("trainmedic.data", "keras")):
                 _active._dataloader_built(loader)
 
         self._patch(dataloader.DataLoader, "__init__", __init__)

@@ -36,6 +36,8 @@ def render_console(report: Report, console: Console) -> None:
 
 def build(report: Report) -> Group:
     parts = [_header(report), Text(""), _breakdown(report)]
+    if report.ranks:
+        parts += [Text(""), _ranks(report)]
     if report.findings:
         parts += [Text(""), Text("Findings", style="bold"), *[_finding(i, f) for i, f in enumerate(report.findings, 1)]]
     if report.lines:
@@ -76,6 +78,33 @@ def _breakdown(report: Report) -> Table:
         mark = Text("◀ bottleneck", style="bold") if category == report.bottleneck else Text("")
         table.add_row(category, bar, f"{share:.1%}", mark)
     return table
+
+
+def _ranks(report: Report) -> Group:
+    # Host and outcome columns only when they tell something: 80 columns are tight.
+    hosts = len({r.host for r in report.ranks}) > 1
+    outcomes = any(r.outcome != "completed" for r in report.ranks)
+    table = Table(title="Ranks (per steady-state step)", title_justify="left", box=None, pad_edge=False)
+    names = ["rank", *(["host"] if hosts else []), *(["outcome"] if outcomes else []),
+             "steps", "median", "data", "compute", "waits", "other", "bottleneck"]
+    for name in names:
+        table.add_column(name, justify="left" if name in ("host", "outcome", "bottleneck") else "right", no_wrap=True)
+    straggler = report.straggler.rank if report.straggler else None
+    for r in report.ranks:
+        head = [str(r.rank), *([r.host] if hosts else [])]
+        if r.outcome in ("died", "running"):  # no measurements of its own
+            table.add_row(*head, Text(r.outcome, style="bold red"), *[""] * (len(names) - len(head) - 1))
+            continue
+        cells = [format_seconds(x) for x in (r.median_s, r.data_s, r.compute_s, r.wait_s, r.other_s)]
+        mark = Text(r.bottleneck + (" ◀ straggler" if r.rank == straggler else ""), style="bold" if r.rank == straggler else "")
+        table.add_row(*head, *([r.outcome] if outcomes else []), str(r.steps), *cells, mark)
+    lines = [table]
+    if report.straggler is not None:
+        lines.append(Text(report.straggler.text, style="bold"))
+    for r in report.ranks:
+        if r.outcome in ("died", "running") or (r.message and r.exit_code not in (0, None) and r.outcome != "interrupted"):
+            lines.append(Text(f"rank {r.rank}: {r.message}", style="red"))
+    return Group(*lines)
 
 
 def _finding(rank: int, f: Finding) -> Group:

@@ -67,6 +67,8 @@ th,td{text-align:left;padding:6px 8px;border-bottom:1px solid var(--line)}th{col
 .message{border-left:6px solid #9aa5b1;white-space:pre-wrap}
 .bad-edge{border-left-color:#d64545}.warn-edge{border-left-color:#f0b429}
 .growing{color:#b44d12}
+tr.straggler td{background:#fff3c4;font-weight:600}.bad-text{color:#a61e1e;font-weight:700}
+.straggler-text{font-weight:600;margin:0 0 8px}
 footer{color:var(--muted);font-size:13px;text-align:center;margin:8px 0 20px}
 """
 
@@ -77,7 +79,7 @@ def render_html(report: Report) -> str:
     tone = _tone(report)
     message = f'<section class="message {tone}-edge">{esc(report.message)}</section>' if report.message else ""
     body = "".join(
-        [_header(report, cmd), message, _breakdown(report), _timeline(report), _findings(report.findings),
+        [_header(report, cmd), message, _breakdown(report), _ranks(report), _timeline(report), _findings(report.findings),
          _lines(report), _notes(report.notes),
          f"<footer>trainmedic {esc(report.version or '')} · schema trainmedic.report/1</footer>"]
     )
@@ -289,6 +291,31 @@ def _lines(r: Report) -> str:
     return (f"<section><h2>Costliest lines of your code</h2><table><thead><tr><th>where</th><th>category</th>"
             f'<th>kind</th><th class="num">ms / step</th><th class="num">share</th></tr></thead>'
             f"<tbody>{rows}</tbody></table>{more}</section>")
+
+
+def _ranks(r: Report) -> str:
+    """The torchrun ranks: step times and where each rank's step goes; the straggler marked."""
+    if not r.ranks:
+        return ""
+    straggler = r.straggler.rank if r.straggler else None
+    rows = []
+    for k in r.ranks:
+        mark = ' class="straggler"' if k.rank == straggler else ""
+        if k.outcome in ("died", "running"):  # no measurements of its own
+            rows.append(f'<tr><td class="num">{k.rank}</td><td>{esc(k.host)}</td><td class="bad-text">{esc(k.outcome)}</td>'
+                        f'<td colspan="8">{esc(k.message)}</td></tr>')
+            continue
+        cells = "".join(f'<td class="num">{_num(x * 1000)}</td>'
+                        for x in (k.median_s, k.p90_s, k.data_s, k.compute_s, k.wait_s, k.other_s))
+        label = esc(k.bottleneck) + (" ◀ straggler" if k.rank == straggler else "")
+        rows.append(f'<tr{mark}><td class="num">{k.rank}</td><td>{esc(k.host)}</td><td>{esc(k.outcome)}</td>'
+                    f'<td class="num">{k.steps:,}</td>{cells}<td>{label}</td></tr>')
+    verdict = f'<p class="straggler-text">{esc(r.straggler.text)}</p>' if r.straggler else ""
+    heads = "".join(f'<th class="num">{h}</th>' for h in ("steps", "median", "p90", "data", "compute", "waits", "other"))
+    return (f'<section><h2>Ranks</h2>{verdict}<table class="ranks"><thead><tr><th class="num">rank</th><th>host</th>'
+            f'<th>outcome</th>{heads}<th>bottleneck</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            '<p class="note">Milliseconds per steady-state step; "waits" is time in collectives '
+            "(DDP all-reduce, torch.distributed calls) waiting for the other ranks.</p></section>")
 
 
 def _notes(notes: list[str]) -> str:

@@ -87,6 +87,46 @@ class LineCost:
     share: float
 
 
+@dataclass(frozen=True)
+class RankSummary:
+    """One torchrun rank of a multi-process job: its steps and where its step time went."""
+
+    rank: int
+    host: str
+    pid: int
+    #: An OUTCOMES value; ``died`` when the rank ended without writing its report, ``running``
+    #: when it still ran as the reports were merged (blocked for a rank that failed).
+    outcome: str
+    exit_code: int | None
+    message: str | None
+    steps: int
+    median_s: float
+    p90_s: float
+    #: Per steady-state step, in seconds: obtaining the batch, waiting in collectives for the
+    #: other ranks (DDP all-reduce, dist.* calls), the rest of the model's work, everything else.
+    data_s: float
+    wait_s: float
+    compute_s: float
+    other_s: float
+    bottleneck: str
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The rank the others wait for, and what makes it slower."""
+
+    rank: int
+    #: The category whose time the straggler exceeds the other ranks in: ``data``, ``compute``, ...
+    cause: str
+    #: Seconds per step the straggler spends more on ``cause`` than the median other rank.
+    excess_s: float
+    #: Seconds per step the other ranks wait in collectives (their median).
+    others_wait_s: float
+    #: The straggler's own line that costs it the most time in ``cause``, if one of the user's.
+    where: str | None
+    text: str
+
+
 @dataclass
 class Report:
     command: list[str]
@@ -104,6 +144,9 @@ class Report:
     lines: list[LineCost] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     version: str = ""
+    #: torchrun jobs: one row per rank, and the straggler when one rank holds the others back.
+    ranks: list[RankSummary] = field(default_factory=list)
+    straggler: Straggler | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +166,8 @@ class Report:
             "timeline": [asdict(p) for p in self.timeline],
             "lines": [asdict(line) for line in self.lines],
             "notes": list(self.notes),
+            "ranks": [_finite(asdict(r)) for r in self.ranks],
+            "straggler": _finite(asdict(self.straggler)) if self.straggler is not None else None,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -152,6 +197,8 @@ class Report:
             lines=[_known(LineCost, line) for line in data.get("lines", [])],
             notes=list(data.get("notes", [])),
             version=data.get("version", ""),
+            ranks=[_known(RankSummary, r) for r in data.get("ranks", [])],
+            straggler=_known(Straggler, data["straggler"]) if data.get("straggler") else None,
         )
 
 

@@ -42,6 +42,13 @@ class DiskTier(HostTier):
                 f"built the cache {self.cache.folder} ({format_bytes(size)} in "
                 f"{format_seconds(self.cache.seconds)}): {self.cache.rebuilt_because}"
             )
+        if self.cache.took_over:
+            self.facts.append(self.cache.took_over)
+        if self.cache.waited_for is not None:
+            self.facts.append(
+                f"waited {format_seconds(self.cache.waited)} for {self.cache.waited_for.describe().split(' (')[0]}, which held "
+                f"the cache's build lock: built once, shared by every process loading it"
+            )
         if not source.sees_changes:
             self.facts.append(
                 f"a change inside {source.kind} data is not detected: delete {self.cache.folder} after changing it"

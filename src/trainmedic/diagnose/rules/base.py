@@ -20,6 +20,9 @@ class Context:
     #: The user's function the time at ``where`` was spent in, as ``file:firstline:name``
     #: (``probe.recorder.function_key``), so advice can name the function to change.
     function: str | None = None
+    #: What marked the steps (``probe.clock``: "keras" for a Keras ``fit``), so advice can be
+    #: worded in the script's own framework.
+    step_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -34,3 +37,8 @@ class Advice:
 
 def at(ctx: Context) -> str:
     return f" at {ctx.where}" if ctx.where else ""
+
+
+def is_keras(ctx: Context) -> bool:
+    """A Keras script: its steps were Keras training batches."""
+    return ctx.step_source == "keras"

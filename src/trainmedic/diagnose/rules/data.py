@@ -7,7 +7,7 @@ that serves the same data from memory (``diagnose/suggest.py``); a script alread
 
 from __future__ import annotations
 
-from trainmedic.diagnose.rules.base import Advice, Context, at
+from trainmedic.diagnose.rules.base import Advice, Context, at, is_keras
 from trainmedic.diagnose.suggest import Suggestion, suggest
 
 
@@ -18,11 +18,16 @@ def advise(kind: str, ctx: Context) -> Advice:
     suggestion = suggest(kind, ctx.sources, ctx.device)
     if suggestion is None:
         return advice
-    return Advice(advice.title, f"{advice.fix} {_using(kind, suggestion)}", advice.factor, suggestion.call)
+    return Advice(advice.title, f"{advice.fix} {_using(kind, suggestion, is_keras(ctx))}", advice.factor, suggestion.call)
 
 
-def _using(kind: str, suggestion: Suggestion) -> str:
-    loop = f"`for {', '.join(suggestion.fields)} in loader:`" if suggestion.fields else "`for batch in loader:`"
+def _using(kind: str, suggestion: Suggestion, keras: bool = False) -> str:
+    if keras:
+        loop = f"`model.fit({_keras_feed(suggestion.fields)}, epochs=...)`"
+    elif suggestion.fields:
+        loop = f"`for {', '.join(suggestion.fields)} in loader:`"
+    else:
+        loop = "`for batch in loader:`"
     if kind == "transform":
         what = "trainmedic.data serves the stored samples in one call (suggested below), one gather per batch:"
     else:
@@ -32,6 +37,14 @@ def _using(kind: str, suggestion: Suggestion) -> str:
         f"then {loop} instead of the per-step read."
     )
     return " ".join([text, *suggestion.notes])
+
+
+def _keras_feed(fields: tuple[str, ...]) -> str:
+    """``loader.keras(...)`` naming the model's inputs and targets among the loader's fields."""
+    if len(fields) < 2:
+        return "loader.keras()"
+    inputs = f'"{fields[0]}"' if len(fields) == 2 else "[" + ", ".join(f'"{f}"' for f in fields[:-1]) + "]"
+    return f'loader.keras(inputs={inputs}, targets="{fields[-1]}")'
 
 
 def _tiered(ctx: Context) -> Advice:
@@ -99,6 +112,14 @@ def _advise(kind: str, ctx: Context) -> Advice:
             factor=10.0,
         )
     # loader, dataset, image decode, transform: per-sample CPU work inside __getitem__.
+    if is_keras(ctx):
+        return Advice(
+            f"CPU work in the data pipeline ({kind or 'transforms'}){at(ctx)}",
+            "Move the per-sample work off the training step: vectorise it over the batch, or "
+            "precompute it once and cache the result; or let Keras prepare batches ahead on the free "
+            "cores with `super().__init__(workers=N, use_multiprocessing=True)` in your PyDataset.",
+            factor=4.0,
+        )
     return Advice(
         f"CPU work in the data pipeline ({kind or 'transforms'}){at(ctx)}",
         "Move the per-sample work off the training loop: `DataLoader(..., num_workers=N, "

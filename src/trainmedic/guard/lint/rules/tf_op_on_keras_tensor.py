@@ -1,7 +1,10 @@
 """TM103: a raw TensorFlow op applied to a Keras symbolic tensor while building a functional model.
 
 Keras 2 wrapped such ops in a TFOpLambda layer; Keras 3 (TensorFlow >= 2.16) raises "A KerasTensor
-cannot be used as input to a TensorFlow function". Symbolic tensors are followed by dataflow in
+cannot be used as input to a TensorFlow function". The same mistake on Keras 3's torch backend is a
+``torch.*`` op on one: ``torch.reshape(x, ...)`` raises "TypeError: reshape(): argument 'input'
+must be Tensor, not KerasTensor" (checked by running Keras 3.15 on torch 2.13), so torch ops are
+flagged too. Symbolic tensors are followed by dataflow in
 each function and the module: ``keras.Input(...)``, a Keras layer or model called on one,
 ``model.output``, arithmetic and slices of one, and the return values and parameters of the
 module's own helpers (``x = attention_block(x)`` makes ``x`` symbolic inside ``attention_block``).
@@ -40,6 +43,13 @@ _NOT_OPS = (
     "tensorflow.nest.", "tensorflow.is_tensor", "tensorflow.TensorShape", "tensorflow.TensorSpec",
     "tensorflow.function", "tensorflow.config.", "tensorflow.io.gfile.", "tensorflow.get_static_value",
 )
+#: torch functions that take no tensor to convert (or are not ops at all).
+_NOT_TORCH_OPS = (
+    "torch.is_tensor", "torch.no_grad", "torch.enable_grad", "torch.device", "torch.Size", "torch.manual_seed",
+    "torch.set_", "torch.get_", "torch.cuda.", "torch.backends.", "torch.jit.", "torch.compile", "torch.utils.",
+    "torch.distributed.", "torch.autograd.", "torch.nn.Module", "torch.nn.Parameter", "torch.nn.init.",
+    "torch.save", "torch.load", "torch.from_numpy", "torch.func.",
+)
 #: tf op → its keras.ops name, for the fix.
 _KERAS_OPS = {
     **{name: name for name in (
@@ -48,6 +58,9 @@ _KERAS_OPS = {
     )},
     "concat": "concatenate", "reduce_mean": "mean", "reduce_sum": "sum", "reduce_max": "max",
     "reduce_min": "min", "gather": "take", "clip_by_value": "clip",
+    # torch spellings
+    "cat": "concatenate", "mean": "mean", "sum": "sum", "amax": "max", "amin": "min", "permute": "transpose",
+    "flatten": "reshape", "relu": "relu", "sigmoid": "sigmoid", "softmax": "softmax", "clamp": "clip",
 }
 #: Statements whose blocks may or may not run. ``try/except*`` is Python 3.11+.
 _BRANCHING = tuple(
@@ -335,6 +348,9 @@ def _takes_effect(node: ast.AST) -> tuple[int, int]:
 
 
 def is_tf_op(qualname: str) -> bool:
+    """A TensorFlow op, or a torch one (the same mistake on Keras 3's torch backend)."""
+    if qualname.startswith("torch."):
+        return not qualname.startswith(_NOT_TORCH_OPS)
     return (
         qualname.startswith("tensorflow.") and ".keras" not in qualname and not qualname.startswith(_NOT_OPS)
     )
@@ -372,7 +388,8 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
             ]
             if symbolic and call.lineno not in lines_done:
                 lines_done.add(call.lineno)
-                yield call, _message(call, _text(context, symbolic[0]))
+                torch = (context.qualname(call.func) or "").startswith("torch.")
+                yield call, _message(call, _text(context, symbolic[0]), torch)
 
 
 def _text(context: ModuleContext, expr: ast.AST, limit: int = 40) -> str:
@@ -384,28 +401,34 @@ def _text(context: ModuleContext, expr: ast.AST, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def _message(call: ast.Call, arg: str) -> str:
+def _message(call: ast.Call, arg: str, torch: bool = False) -> str:
     op = last_name(call.func) or ""
     if op == "shape":
         fix = f"use {arg}.shape for static dims or keras.ops.shape({arg})"
     else:
         fix = f"use keras.ops.{_KERAS_OPS[op]}" if op in _KERAS_OPS else "use the keras.ops equivalent"
+    qualname = ast.unparse(call.func)
+    if torch:
+        raises = f'Keras 3 on the torch backend raises "TypeError: {op}(): argument \'input\' must be Tensor, not KerasTensor"'
+    else:
+        raises = 'Keras 3 raises "A KerasTensor cannot be used as input to a TensorFlow function"'
     return (
-        f"{ast.unparse(call.func)}() on Keras symbolic tensor `{arg}` while building a functional model: "
-        f'Keras 3 raises "A KerasTensor cannot be used as input to a TensorFlow function"; {fix}, or wrap it '
-        "in a Layer or layers.Lambda"
+        f"{qualname}() on Keras symbolic tensor `{arg}` while building a functional model: "
+        f"{raises}; {fix}, or wrap it in a Layer or layers.Lambda"
     )
 
 
 RULE = Rule(
     code="TM103",
     name="tf-op-on-keras-tensor",
-    summary="tf.shape() or another tf.* op applied to a Keras symbolic tensor in a functional model.",
+    summary="tf.shape() or another tf.* (or torch.*) op applied to a Keras symbolic tensor in a functional model.",
     why=(
         "Keras 2 silently wrapped TF ops on symbolic tensors in TFOpLambda layers. Keras 3, the default\n"
         "from TensorFlow 2.16, raises ValueError: A KerasTensor cannot be used as input to a TensorFlow\n"
         "function, so the model cannot even be built. Seed 000 #1: batch_size = tf.shape(x)[0] inside an\n"
-        "attention block stopped a Sionna neural receiver on TF 2.20 before its first step."
+        "attention block stopped a Sionna neural receiver on TF 2.20 before its first step. On Keras 3's\n"
+        "torch backend a torch.* op on a symbolic tensor fails the same way (TypeError: ... must be Tensor,\n"
+        "not KerasTensor)."
     ),
     fix=(
         "Use x.shape for static dimensions (Reshape and most layers handle the batch dimension\n"

@@ -1,0 +1,132 @@
+"""``trainmedic run`` on torchrun ranks: each rank's part, and the one merged report.
+
+Two ways in, one report out:
+
+* ``trainmedic run --nproc N train.py`` starts ``torchrun --standalone --nproc-per-node N`` with
+  ``trainmedic run`` as every rank's program, waits for it, and merges the ranks' parts.
+* ``torchrun --nproc-per-node N -m trainmedic run train.py`` (any torchrun launch) runs this
+  on every rank; rank 0 waits for the others' parts after its own script ends and merges them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from trainmedic.diagnose.ranks import merge, rank_payload
+from trainmedic.errors import require
+from trainmedic.probe import ranks
+from trainmedic.probe.ranks import RankIdentity
+from trainmedic.probe.runner import Terminated
+from trainmedic.probe.session import Measurements
+from trainmedic.report.model import Report
+
+if TYPE_CHECKING:
+    from trainmedic.cli.run import RunOptions
+
+#: How long rank 0 waits, once its own script has ended, for the other ranks' reports. Ranks
+#: that synchronise every step end within a step of each other; a dead one is seen at once. Well
+#: under the 30 s torchrun allows between its SIGTERM and its SIGKILL.
+MERGE_WAIT_S = 20.0
+#: Set by ``--nproc`` for its ranks: the parent merges, rank 0 does not.
+PARENT_ENV = "TRAINMEDIC_RANKS_PARENT"
+
+
+def launch(options: RunOptions, console: Console, emit: Callable[[Report], None]) -> int:
+    """Run the script on ``options.nproc`` local ranks under torchrun; emit the merged report."""
+    require("torch", "torch", "trainmedic run --nproc")
+    folder = Path(tempfile.mkdtemp(prefix="trainmedic-ranks-"))
+    command = (["-m", options.target] if options.module else [options.target]) + options.args
+    rank_argv = ["--quiet", "--warmup", str(options.warmup), "--interval-ms", f"{options.interval_s * 1000:g}"]
+    if options.steps is not None:
+        rank_argv += ["--steps", str(options.steps)]
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={options.nproc}",
+        "-m", "trainmedic", "run", *rank_argv, *(["-m", options.target] if options.module else [options.target]),
+        *options.args,
+    ]
+    try:
+        child = subprocess.Popen(argv, env={**os.environ, ranks.PARTS_ENV: str(folder), PARENT_ENV: "1"})
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:
+            # Ctrl+C reached torchrun and every rank too (one process group): let them finish
+            # their reports, then merge what they wrote.
+            code = child.wait()
+        report = merge(ranks.read_parts(folder, options.nproc), options.nproc, command)
+        if code != 0 and report.exit_code == 0:
+            report.exit_code, report.outcome = code, "exception"
+            report.message = f"torchrun exited with code {code} (its output above says why)"
+        emit(report)
+        return report.exit_code
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def start_rank(identity: RankIdentity) -> Path:
+    """This process is one rank: its stub part (host, pid) goes into the parts folder now."""
+    folder = ranks.parts_dir(identity)
+    ranks.write_part(folder, identity, ranks.RUNNING)
+    return folder
+
+
+class RankSignals:
+    """SIGTERM on a rank: ends the script like an exception while it runs, and is held off after.
+
+    torchrun stops every rank with SIGTERM when one fails, and SIGKILLs it 30 s later. While the
+    script runs, the signal becomes :class:`Terminated`, so the run ends with an outcome and a
+    report; from then until this rank's part is written (diagnosis, rank 0's merge) it is only
+    noted — dying there would lose a report already measured. A script's own handler (guard's
+    Checkpointer) still replaces this one while it is installed."""
+
+    def __init__(self) -> None:
+        self.script_running = False
+        self.received: int | None = None
+        self._previous: Any = None
+
+    def __enter__(self) -> RankSignals:  # noqa: PYI034 - Self needs Python 3.11
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received = signum
+        if self.script_running:
+            raise Terminated(signum)
+
+    @contextlib.contextmanager
+    def script(self) -> Iterator[None]:
+        self.script_running = True
+        try:
+            yield
+        finally:
+            self.script_running = False
+
+
+def finish_rank(
+    identity: RankIdentity, folder: Path, report: Report, measurements: Measurements, emit: Callable[[Report], None]
+) -> int:
+    """Write this rank's part; on rank 0 of a plain torchrun launch, merge and emit the job's report."""
+    ranks.write_part(folder, identity, ranks.DONE, rank_payload(report, measurements))
+    if identity.rank != 0 or os.environ.get(PARENT_ENV):
+        return report.exit_code  # --nproc's parent merges; the other ranks stay quiet
+    # When rank 0's own script failed, the others may be blocked in a collective waiting for it
+    # (until this process exits): merge what is there now instead of waiting for them.
+    wait = MERGE_WAIT_S if report.exit_code == 0 else 0.0
+    parts = ranks.wait_for_parts(folder, identity.world_size, wait, run_id=identity.run_id)
+    merged = merge(parts, identity.world_size, report.command)
+    emit(merged)
+    shutil.rmtree(folder, ignore_errors=True)
+    return report.exit_code

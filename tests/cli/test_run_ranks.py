@@ -1,0 +1,125 @@
+"""`trainmedic run` on torchrun ranks: 2 real CPU processes with gloo, one merged report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+#: A DDP loop on 2 ranks; SLOW plants a straggler on rank 1 (its data or its compute), or a
+#: failure (an exception, a SIGKILL) at step 12. Line numbers are pinned by the tests below.
+JOB = """
+import os, time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+
+SLOW = os.environ.get("SLOW", "")
+
+class Samples(Dataset):
+    def __len__(self):
+        return 2048
+    def __getitem__(self, i):
+        if dist.get_rank() == 1 and SLOW == "data":
+            time.sleep(0.002)  # rank 1 reads slower
+        return torch.randn(128), torch.randn(1)
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    def forward(self, x):
+        if dist.get_rank() == 1 and SLOW == "compute":
+            heavy = torch.randn(384, 384)
+            for _ in range(12):
+                heavy = torch.tanh(heavy @ heavy)  # rank 1 computes more
+        return self.body(x)
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(Net())
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step, (x, y) in enumerate(DataLoader(Samples(), batch_size=32)):
+    if step == 30:
+        break
+    if dist.get_rank() == 1 and step == 12 and SLOW == "raise":
+        raise RuntimeError("planted failure on rank 1")
+    if dist.get_rank() == 1 and step == 12 and SLOW == "kill":
+        os.kill(os.getpid(), 9)
+    loss = (model(x) - y).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+def _job(tm, slow: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    tm.script("job.py", JOB)
+    result = _with_env(tm, {"SLOW": slow}, "run", "--nproc", "2", "--json", "report.json", *args, "job.py")
+    return result, tm.report()
+
+
+def _with_env(tm, extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1", **extra}
+    return subprocess.run([sys.executable, "-m", "trainmedic", *args], cwd=tm.cwd, env=env,
+                          capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.parametrize(("slow", "where"), [("data", "job.py:12"), ("compute", "job.py:23")])
+def test_a_planted_slow_rank_is_named_the_straggler_with_its_cause_and_line(tm, slow, where):
+    result, report = _job(tm, slow)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    fast, slow_rank = report["ranks"]
+    assert fast["steps"] == slow_rank["steps"] > 0
+    # The fast rank spends its extra time waiting for rank 1 in DDP's all-reduce.
+    assert fast["wait_s"] > 5 * slow_rank["wait_s"]
+    straggler = report["straggler"]
+    assert straggler["rank"] == 1 and straggler["cause"] == slow and straggler["where"] == where
+    assert "DDP gradient all-reduce" in straggler["text"]
+    assert report["findings"][0]["kind"] == "straggler" and report["findings"][0]["where"] == where
+    assert "rank 1 is the straggler" in result.stderr and "Ranks (per steady-state step)" in result.stderr
+    # One report for the job: the ranks themselves stay quiet.
+    assert result.stderr.count("trainmedic report") == 1
+
+
+def test_a_rank_that_raises_is_named_and_the_report_still_written(tm):
+    result, report = _job(tm, "raise")
+    assert result.returncode == 1
+    assert report["outcome"] == "exception"
+    # Rank 0 then fails on the closed connection; the cause named is rank 1's own error.
+    assert report["message"].startswith("rank 1 failed: RuntimeError: planted failure on rank 1 (at job.py:34)")
+    assert {r["rank"]: r["outcome"] for r in report["ranks"]}[1] == "exception"
+
+
+def test_a_rank_killed_by_a_signal_is_named_as_dead(tm):
+    result, report = _job(tm, "kill")
+    assert result.returncode != 0
+    rows = {r["rank"]: r for r in report["ranks"]}
+    assert rows[1]["outcome"] == "died" and "killed by a signal" in rows[1]["message"]
+    assert report["message"].startswith("rank 1 died")
+    assert rows[0]["steps"] > 0  # rank 0's measurements survive
+    assert "wrote no report" in report["notes"][0]
+
+
+def test_under_plain_torchrun_rank_0_writes_the_one_merged_report(tm):
+    tm.script("job.py", JOB)
+    env = {**os.environ, "SLOW": "data", "COLUMNS": "120"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "trainmedic", "run", "--json", "report.json", "job.py"],
+        cwd=tm.cwd, env=env, capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = tm.report()
+    assert report["straggler"]["rank"] == 1 and report["straggler"]["cause"] == "data"
+    assert (result.stdout + result.stderr).count("trainmedic report") == 1
+
+
+def test_nproc_refuses_a_bad_count(tm):
+    tm.script("job.py", JOB)
+    result = tm("run", "--nproc", "0", "job.py")
+    assert result.returncode == 2
+    assert "--nproc" in result.stderr
