@@ -116,8 +116,11 @@ def test_a_data_bound_pydataset_is_found_at_its_getitem_line_with_the_keras_fix(
     assert (top["category"], top["where"]) == ("data", where)
     # The HDF5 reads (and the Python around them, a "transform") share the line; the read's
     # finding names the file, the datasets the PyDataset read and the batch size Keras trained on.
+    # How the line's time splits between the two varies run to run; together they are the step.
+    at_line = [f for f in report["findings"] if f["category"] == "data" and f["where"] == where]
+    assert sum(f["share"] for f in at_line) > 0.5
     [read] = [f for f in report["findings"] if f["kind"] == "hdf5"]
-    assert read["where"] == where and read["share"] > 0.3
+    assert read["where"] == where and read["share"] > 0.1
     assert read["suggestion"].endswith('/samples.h5", fields=["x", "y"], batch_size=64)')
     assert 'model.fit(loader.keras(inputs="x", targets="y"), epochs=...)' in read["fix"]
     assert "for x, y in loader" not in read["fix"]

@@ -104,9 +104,12 @@ def test_a_rank_killed_by_a_signal_is_named_as_dead(tm):
     assert "wrote no report" in report["notes"][0]
 
 
-def test_under_plain_torchrun_rank_0_writes_the_one_merged_report(tm):
+@pytest.mark.parametrize("shared_folder", [False, True])
+def test_under_plain_torchrun_rank_0_writes_the_one_merged_report(tm, shared_folder):
     tm.script("job.py", JOB)
     env = {**os.environ, "SLOW": "data", "COLUMNS": "120"}
+    if shared_folder:  # what a job on several nodes sets: rank 0 still merges
+        env["TRAINMEDIC_RANKS_DIR"] = str(tm.cwd / "parts")
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "-m", "trainmedic", "run", "--json", "report.json", "job.py"],
@@ -116,6 +119,8 @@ def test_under_plain_torchrun_rank_0_writes_the_one_merged_report(tm):
     report = tm.report()
     assert report["straggler"]["rank"] == 1 and report["straggler"]["cause"] == "data"
     assert (result.stdout + result.stderr).count("trainmedic report") == 1
+    if shared_folder:  # the parts were there; once merged, rank 0 removes them, not the folder
+        assert (tm.cwd / "parts").is_dir() and not list((tm.cwd / "parts").iterdir())
 
 
 def test_nproc_refuses_a_bad_count(tm):

@@ -175,3 +175,14 @@ def test_a_backend_that_cannot_be_imported_names_keras_backend_torch(tmp_path):
     assert "backend 'tensorflow' (from KERAS_BACKEND)" in done.stdout
     assert "set KERAS_BACKEND=torch" in done.stdout
     assert issubclass(DataError, Exception)
+
+
+def test_a_gpu_loader_for_a_backend_that_takes_numpy_is_refused_with_the_fix(monkeypatch):
+    from types import SimpleNamespace
+
+    from trainmedic.data.keras_feed import keras_dataset
+
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    on_gpu = SimpleNamespace(fields=("x", "y"), device=torch.device("cuda", 0))
+    with pytest.raises(DataError, match=r"on cuda:0 but Keras runs on the 'jax' backend.*device='cpu'"):
+        keras_dataset(on_gpu)

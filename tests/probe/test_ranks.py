@@ -17,6 +17,12 @@ def test_identity_comes_from_torchruns_environment():
     assert (me.rank, me.local_rank, me.world_size, me.run_id, me.host) == (1, 1, 2, "abc", HOST)
 
 
+def test_each_torchrun_restart_attempt_is_a_run_of_its_own():
+    again = RankIdentity.from_env({**TORCHRUN, "TORCHELASTIC_RESTART_COUNT": "2"})
+    assert again.run_id == "abc-restart2"
+    assert RankIdentity.from_env({**TORCHRUN, "TORCHELASTIC_RESTART_COUNT": "0"}).run_id == "abc"
+
+
 def test_a_single_process_is_no_rank_unless_a_parts_folder_asks_for_one():
     assert RankIdentity.from_env({}) is None
     assert RankIdentity.from_env({"RANK": "0", "WORLD_SIZE": "1"}) is None

@@ -128,5 +128,9 @@ def finish_rank(
     parts = ranks.wait_for_parts(folder, identity.world_size, wait, run_id=identity.run_id)
     merged = merge(parts, identity.world_size, report.command)
     emit(merged)
-    shutil.rmtree(folder, ignore_errors=True)
+    if os.environ.get(ranks.PARTS_ENV):  # the user's (shared) folder: only this job's parts go
+        for rank in parts:
+            ranks.part_path(folder, rank).unlink(missing_ok=True)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
     return report.exit_code

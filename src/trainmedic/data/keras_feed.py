@@ -58,7 +58,17 @@ def keras_dataset(loader: Any, inputs: Any = None, targets: Any = None, sample_w
     keras = import_keras("loader.keras()")
     fields = tuple(loader.fields)
     layout = _layout(fields, inputs, targets, sample_weights)
-    numpy = keras.backend.backend() != "torch"  # torch tensors are the torch backend's own
+    backend = keras.backend.backend()
+    numpy = backend != "torch"  # torch tensors are the torch backend's own
+    device = getattr(loader, "device", None)
+    if numpy and getattr(device, "type", None) == "cuda":
+        # Every batch would go GPU -> host -> the other framework's GPU, and torch would hold
+        # VRAM the backend (TensorFlow, JAX) preallocates for itself.
+        raise DataError(
+            f"the loader serves tensors on {device} but Keras runs on the {backend!r} backend, which takes NumPy "
+            f"arrays from the host; build the loader with device='cpu' for loader.keras() (Keras moves each batch "
+            f"to the GPU itself), or run Keras on the torch backend (KERAS_BACKEND=torch) to keep batches on {device}."
+        )
     return _feed_class(keras)(loader, layout, numpy)
 
 

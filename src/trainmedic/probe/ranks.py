@@ -52,6 +52,9 @@ class RankIdentity:
             return None
         local = env.get("LOCAL_RANK", "")
         run_id = env.get("TORCHELASTIC_RUN_ID") or f"{env.get('MASTER_ADDR', 'local')}-{env.get('MASTER_PORT', '0')}"
+        restart = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+        if restart not in ("", "0"):  # torchrun --max-restarts: each attempt its own report
+            run_id = f"{run_id}-restart{restart}"
         return cls(rank, int(local) if local.isdigit() else rank, world, HOST, os.getpid(), run_id)
 
 
