@@ -158,3 +158,15 @@ def system_busy_s() -> float | None:
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
     return busy / os.sysconf("SC_CLK_TCK")
+
+
+def evict_pages(path: Path) -> None:
+    """Drop ``path``'s pages (a file, or every file under a folder) from the page cache, so the
+    next read comes from the disk; written pages are synced first (only clean pages can go)."""
+    for file in [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]:
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

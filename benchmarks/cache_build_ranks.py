@@ -53,15 +53,6 @@ def make_source(path: Path, rows: int) -> None:
         f.create_dataset("y", data=np.arange(rows, dtype=np.int64), chunks=(CHUNK_ROWS * 8,))
 
 
-def evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def disk_used(folder: Path) -> int:
     return sum(p.stat().st_blocks * 512 for p in folder.rglob("*") if p.is_file())
 
@@ -70,7 +61,7 @@ def run_arm(arm: str, source: Path, work: Path) -> dict[str, Any]:
     gate = work / "gate"
     gate.mkdir(parents=True)
     caches = [work / "cache"] * WORLD if arm == "lock" else [work / f"cache-rank{r}" for r in range(WORLD)]
-    evict(source)
+    _env.evict_pages(source)
     os.sync()  # the previous arm's writeback must not land in this one's time
     procs = []
     for rank in range(WORLD):

@@ -357,18 +357,6 @@ def run_child(*args: str, timeout: float = 600) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def drop_cache(directory: Path) -> None:
-    """Evict a checkpoint's (clean, fsynced) pages from the page cache, for this directory only."""
-    for path in directory.rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-
-
 def filesystem(path: Path) -> dict[str, Any]:
     """The mount holding ``path``: device, type, options, and its size and free space."""
     best: tuple[str, ...] = ()
@@ -513,7 +501,7 @@ def main() -> int:
         assert keep is not None
 
         def restore_arm(arm: str, r: int) -> dict[str, Any]:
-            drop_cache(keep)
+            _env.evict_pages(keep)
             result = run_child("restore", arm, str(keep), str(layers))
             print(f"  restore {arm:<14} {result['seconds']:6.2f} s  +{result['added_peak_bytes'] / MIB:7.1f} MiB peak", flush=True)
             return result
