@@ -55,7 +55,7 @@ def run_target(options: RunOptions, console: Console) -> int:
 
     show = partial(emit, json_path=options.json_path, html_path=options.html_path, quiet=options.quiet, console=console)
     if options.nproc is not None:
-        return run_ranks.launch(options, console, show)
+        return run_ranks.launch(options, show)
     identity = RankIdentity.from_env()  # a torchrun rank: its part, then one merged report
     if identity is None:
         report, _ = _watch(options)

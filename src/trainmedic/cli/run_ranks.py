@@ -21,8 +21,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from trainmedic.diagnose.ranks import merge, rank_payload
 from trainmedic.errors import require
 from trainmedic.probe import ranks
@@ -42,7 +40,7 @@ MERGE_WAIT_S = 20.0
 PARENT_ENV = "TRAINMEDIC_RANKS_PARENT"
 
 
-def launch(options: RunOptions, console: Console, emit: Callable[[Report], None]) -> int:
+def launch(options: RunOptions, emit: Callable[[Report], None]) -> int:
     """Run the script on ``options.nproc`` local ranks under torchrun; emit the merged report."""
     require("torch", "torch", "trainmedic run --nproc")
     folder = Path(tempfile.mkdtemp(prefix="trainmedic-ranks-"))

@@ -33,7 +33,7 @@ import numpy as np
 from trainmedic._os import fsync_dir, pid_alive
 from trainmedic.data.build_lock import Holder, build_lock, lock_path, read_holder, remove_if_stale, why_stale
 from trainmedic.data.materialize import Progress, Reading
-from trainmedic.data.sources.base import FieldSpec, Source
+from trainmedic.data.sources.base import Source
 from trainmedic.errors import SourceError
 
 FORMAT = "trainmedic.data.cache/2"
@@ -182,7 +182,7 @@ class DiskCache:
             for _, chunk in reading:
                 for name, values in chunk.items():
                     if name not in files:
-                        files[name] = opened.enter_context(open(tmp / _file_name(name), "wb"))
+                        files[name] = opened.enter_context(open(tmp / field_file(name), "wb"))
                         crcs[name] = BlockCrc()
                     data = memoryview(np.ascontiguousarray(values)).cast("B")
                     files[name].write(data)
@@ -191,26 +191,8 @@ class DiskCache:
                 f.flush()
                 os.fsync(f.fileno())
         self.seconds = reading.seconds
-        specs: tuple[FieldSpec, ...] = self.source.specs
-        manifest = {
-            "format": FORMAT,
-            "source": self.source.description,
-            "fingerprint": self.source.fingerprint(),
-            "length": reading.rows,
-            "fields": [
-                {
-                    "name": s.name,
-                    "file": _file_name(s.name),
-                    "dtype": np.dtype(s.dtype).str,
-                    "shape": list(s.shape),
-                    "bytes": reading.rows * s.sample_bytes,
-                    "crc32_blocks": crcs[s.name].finish(),
-                }
-                for s in specs
-            ],
-            "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "build_seconds": round(reading.seconds, 3),
-        }
+        crc_blocks = {spec.name: crcs[spec.name].finish() for spec in self.source.specs}
+        manifest = build_manifest(self.source, reading.rows, crc_blocks, reading.seconds)
         with open(tmp / "manifest.json", "w") as f:
             json.dump(manifest, f, indent=1)
             f.flush()
@@ -316,7 +298,8 @@ def _bad_block(path: Path, crcs: list[int], picked: range | list[int]) -> int | 
     return None
 
 
-def _file_name(field: str) -> str:
+def field_file(field: str) -> str:
+    """The file name of ``field`` in a cache folder (the serial build's and Ray's alike)."""
     # Field names may hold "/" (HDF5 groups); a short hash keeps "a/b" and "a_b" apart.
     tag = hashlib.blake2b(field.encode(), digest_size=3).hexdigest()
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', field)[:60]}-{tag}.bin"
@@ -325,14 +308,9 @@ def _file_name(field: str) -> str:
 # -- for caches whose field files were written elsewhere (data.build_cache's Ray tasks) -----------
 
 
-def field_file(field: str) -> str:
-    """The file name of ``field`` in a cache folder (the one ``DiskCache._write`` uses)."""
-    return _file_name(field)
-
-
 def build_manifest(source: Source, rows: int, crc_blocks: dict[str, list[int]], seconds: float) -> dict:
-    """The manifest ``DiskCache._write`` writes, for field files written by other processes: the
-    same keys and values, so a later ``DiskCache.load`` reuses that cache instead of rebuilding."""
+    """The manifest of a cache of ``rows`` rows of ``source``: the serial build's and Ray's alike,
+    so a cache either wrote is reused by the other's ``DiskCache.load``."""
     return {
         "format": FORMAT,
         "source": source.description,
@@ -341,7 +319,7 @@ def build_manifest(source: Source, rows: int, crc_blocks: dict[str, list[int]], 
         "fields": [
             {
                 "name": s.name,
-                "file": _file_name(s.name),
+                "file": field_file(s.name),
                 "dtype": np.dtype(s.dtype).str,
                 "shape": list(s.shape),
                 "bytes": rows * s.sample_bytes,

@@ -81,6 +81,7 @@ def merge(parts: dict[int, dict[str, Any]], world_size: int, command: list[str],
     rows: list[RankSummary] = []
     ended: dict[int, float] = {}
     waits: dict[int, float] = {}
+    seconds: dict[int, dict[str, float]] = {}
     kinds: list[str] = []
     untimed: list[str] = []
     for rank in range(world_size):
@@ -96,11 +97,12 @@ def merge(parts: dict[int, dict[str, Any]], world_size: int, command: list[str],
         waits[rank] = statistics.median(samples) if samples else 0.0
         kinds += [k for k in part.get("kinds", []) if k not in kinds]
         untimed += [k for k in part.get("untimed", []) if k not in untimed]
-        rows.append(_summary(rank, part, report, waits[rank]))
+        seconds[rank] = _seconds(report, waits[rank])
+        rows.append(_summary(rank, part, report, seconds[rank]))
 
     measured = {r.rank: r for r in rows if r.outcome not in (DIED, RUNNING) and r.steps > 0}
     # Waits that were not measured (CUDA) would make every rank look equally idle: no verdict.
-    straggler = None if untimed else _straggler(measured, reports, kinds)
+    straggler = None if untimed else _straggler(measured, seconds, reports, kinds)
     base_rank = straggler.rank if straggler else (min(reports) if reports else None)
     merged = _base(reports, base_rank, command, rows)
     if base_rank is not None:
@@ -160,9 +162,9 @@ def _seconds(report: Report, wait_s: float) -> dict[str, float]:
     return per
 
 
-def _summary(rank: int, part: dict[str, Any], report: Report, wait_s: float) -> RankSummary:
+def _summary(rank: int, part: dict[str, Any], report: Report, per: dict[str, float]) -> RankSummary:
+    """A rank's row from its report and its seconds per step by category (``_seconds``)."""
     who = part.get("identity", {})
-    per = _seconds(report, wait_s)
     other = sum(s for c, s in per.items() if c not in (DATA, COMPUTE, SYNC))
     return RankSummary(
         rank=rank, host=str(who.get("host", "")), pid=int(who.get("pid", 0)), outcome=report.outcome,
@@ -207,7 +209,9 @@ def _missing(rank: int, part: dict[str, Any] | None, parts: dict[int, dict[str, 
 # -- the straggler ----------------------------------------------------------------------------------
 
 
-def _straggler(rows: dict[int, RankSummary], reports: dict[int, Report], kinds: list[str]) -> Straggler | None:
+def _straggler(
+    rows: dict[int, RankSummary], seconds: dict[int, dict[str, float]], reports: dict[int, Report], kinds: list[str]
+) -> Straggler | None:
     if len(rows) < 2:
         return None
     rank = min(rows, key=lambda r: (rows[r].wait_s, r))
@@ -216,10 +220,8 @@ def _straggler(rows: dict[int, RankSummary], reports: dict[int, Report], kinds: 
     step = statistics.median(rows[r].median_s for r in rows)
     if others_wait - rows[rank].wait_s < max(STRAGGLER_SHARE * step, STRAGGLER_MIN_S):
         return None
-    mine = _seconds(reports[rank], rows[rank].wait_s)
     excess = {
-        c: mine[c] - statistics.median(_seconds(reports[o], rows[o].wait_s)[c] for o in others)
-        for c in CATEGORIES if c != SYNC
+        c: seconds[rank][c] - statistics.median(seconds[o][c] for o in others) for c in CATEGORIES if c != SYNC
     }
     cause = max(excess, key=lambda c: excess[c])
     where = next((line.where for line in reports[rank].lines if line.category == cause), None)

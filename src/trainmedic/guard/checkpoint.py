@@ -33,8 +33,6 @@ from trainmedic.units import format_duration, format_seconds
 logger = logging.getLogger("trainmedic.guard")
 
 _RNG = "_rng"
-#: The key of the random streams of every rank, in rank order, in a multi-process checkpoint.
-_PER_RANK = "per_rank"
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 #: Exit code after the deadline save: EX_TEMPFAIL, "try again" — the run is not finished.
 DEADLINE_EXIT_CODE = 75
@@ -168,7 +166,7 @@ class Checkpointer:
             self._schedule.last_exit = time.monotonic()  # set-up since __init__ is not a step
             return 0
         entry, manifest = chosen
-        world_note = self._check_world(entry.path, manifest, objects)
+        world_note = ranks_mod.check_world(entry.path, manifest, objects, self._ranks)
         sources = self._sources(objects, chosen, older)
         loaded = {name: self._load(path, mf, name) for name, (path, mf) in sources.items()}
         for name, saved in loaded.items():
@@ -182,7 +180,7 @@ class Checkpointer:
             if note:
                 notes.append(note)
         if self.capture_rng and f"{_RNG}.pt" in manifest["files"]:
-            notes += rng.restore(self._my_streams(self._load(entry.path, manifest, _RNG).state, notes))
+            notes += rng.restore(ranks_mod.streams_of(self._load(entry.path, manifest, _RNG).state, self._ranks, notes))
         info = CheckpointInfo.from_manifest(entry.path, manifest)
         self._phases = list(info.phases_done)
         self._schedule.resumed(info.step, info.save_seconds)
@@ -278,19 +276,10 @@ class Checkpointer:
             self._late_signal = self._received_here()
             return info
         if streams is not None:
-            streams = {_PER_RANK: ranks.gather(streams)}  # each rank's own dropout masks resume too
-        written = None
-        if ranks.rank == 0:
-            try:
-                written = self._write_here(step, phase, objects, reason, streams, phases, started)
-            except BaseException as exc:
-                ranks.gather((None, f"{type(exc).__name__}: {exc}", self._received_here()))
-                raise
-        # The other ranks wait here for rank 0's result: nobody moves on (or exits after a stop)
-        # before the checkpoint is durable, and a failed write fails every rank.
-        results = ranks.gather((written, None, self._received_here()))
-        self._late_signal = max((r[2] or 0 for r in results), default=0) or None
-        info, error = results[0][0], results[0][1]
+            streams = ranks.gather_streams(streams)  # each rank's own dropout masks resume too
+        info, error, self._late_signal = ranks.write_once(
+            lambda: self._write_here(step, phase, objects, reason, streams, phases, started), self._received_here
+        )
         if error is not None:
             raise CheckpointError(
                 f"rank 0 could not save step {step} to {self.directory}: {error}. This rank stops with it; the previous "
@@ -373,29 +362,6 @@ class Checkpointer:
         if self._ranks is None:
             self._ranks = ranks_mod.Ranks.detect()
         return self._ranks
-
-    def _check_world(self, path: Path, manifest: dict[str, Any], objects: dict[str, Any]) -> str | None:
-        """CheckpointError when a sharded data position would resume at another world size; else a note."""
-        saved, current = manifest.get("world_size", 1), ranks_mod.world_size(self._ranks)
-        if saved == current:
-            return None
-        names = [n for n in objects if n in manifest.get("sharded", []) or ranks_mod.sharded(objects[n])]
-        if names:
-            raise ranks_mod.world_mismatch(path, saved, current, names)
-        return (
-            f"{path} was saved by {saved} process(es) and this run has {current}: the objects load as saved, but the "
-            "batches per step of the whole run change with the number of processes."
-        )
-
-    def _my_streams(self, streams: dict[str, Any], notes: list[str]) -> dict[str, Any]:
-        """This rank's random streams from a checkpoint (one of several ranks, or of one process)."""
-        if _PER_RANK not in streams:
-            return streams
-        per_rank, rank = streams[_PER_RANK], self._ranks.rank if self._ranks is not None else 0
-        if rank < len(per_rank):
-            return per_rank[rank]
-        notes.append(f"the checkpoint holds the random streams of {len(per_rank)} ranks; rank {rank} takes rank 0's.")
-        return per_rank[0]
 
     def _sources(self, objects: dict[str, Any], chosen: tuple[Any, dict], older: list[store.Entry]) -> dict[str, tuple[Path, dict]]:
         """Where each object comes from: the newest checkpoint, or else the phase checkpoint that saved it.

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from trainmedic.errors import CheckpointError
@@ -42,6 +43,8 @@ MAX_CALLS = 100
 #: How long the first restore/save/close waits for every rank to join the Checkpointer's group:
 #: a script that calls it on rank 0 only gets a CheckpointError instead of a hang.
 JOIN_TIMEOUT_S = 180.0
+#: The key of the random streams of every rank, in rank order, in a multi-process checkpoint.
+PER_RANK = "per_rank"
 
 
 class Ranks:
@@ -132,6 +135,25 @@ class Ranks:
         self.dist.all_gather_object(out, value, group=self.group)
         return out
 
+    def gather_streams(self, streams: Any) -> dict[str, list[Any]]:
+        """Every rank's random streams, in rank order, for rank 0's checkpoint."""
+        return {PER_RANK: self.gather(streams)}
+
+    def write_once(self, write: Callable[[], Any], received: Callable[[], int | None]) -> tuple[Any, str | None, int | None]:
+        """Rank 0 runs ``write``; every rank gets (its result, rank 0's error, the signal any rank
+        received meanwhile). The other ranks wait for it here: nobody moves on (or exits after a
+        stop) before the checkpoint is durable, and a failed write fails every rank."""
+        written = None
+        if self.rank == 0:
+            try:
+                written = write()
+            except BaseException as exc:
+                self.gather((None, f"{type(exc).__name__}: {exc}", received()))
+                raise
+        results = self.gather((written, None, received()))
+        late = max((r[2] or 0 for r in results), default=0) or None
+        return results[0][0], results[0][1], late
+
     def check_same_choice(self, step: int, path: Any) -> None:
         """CheckpointError on every rank unless every rank resumes from the same checkpoint."""
         name = getattr(path, "name", None)
@@ -145,6 +167,31 @@ class Ranks:
             f"the ranks would resume from different checkpoints ({shown}): the checkpoint directory must be the same "
             "folder for every rank, on a file system every node sees (a shared disk), or each node's copy identical."
         )
+
+
+def streams_of(streams: dict[str, Any], ranks: Ranks | None, notes: list[str]) -> dict[str, Any]:
+    """This rank's random streams from a checkpoint (one of several ranks, or of one process)."""
+    if PER_RANK not in streams:
+        return streams
+    per_rank, rank = streams[PER_RANK], ranks.rank if ranks is not None else 0
+    if rank < len(per_rank):
+        return per_rank[rank]
+    notes.append(f"the checkpoint holds the random streams of {len(per_rank)} ranks; rank {rank} takes rank 0's.")
+    return per_rank[0]
+
+
+def check_world(path: Any, manifest: dict[str, Any], objects: dict[str, Any], ranks: Ranks | None) -> str | None:
+    """CheckpointError when a sharded data position would resume at another world size; else a note."""
+    saved, current = manifest.get("world_size", 1), world_size(ranks)
+    if saved == current:
+        return None
+    names = [n for n in objects if n in manifest.get("sharded", []) or sharded(objects[n])]
+    if names:
+        raise world_mismatch(path, saved, current, names)
+    return (
+        f"{path} was saved by {saved} process(es) and this run has {current}: the objects load as saved, but the "
+        "batches per step of the whole run change with the number of processes."
+    )
 
 
 def world_size(ranks: Ranks | None) -> int:

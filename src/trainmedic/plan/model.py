@@ -6,12 +6,10 @@ writes; fields beyond the contract (reserved memory, notes) follow it and never 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from trainmedic._os import write_text_atomically
+from trainmedic._document import JsonDocument
 
 SCHEMA = "trainmedic.plan/1"
 
@@ -56,7 +54,7 @@ class Breakdown:
 
 
 @dataclass
-class Plan:
+class Plan(JsonDocument):
     """A memory plan of one training step at one batch size on one device."""
 
     device: str
@@ -110,8 +108,3 @@ class Plan:
             "warnings": list(self.warnings),
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    def write_json(self, path: str | Path) -> Path:
-        return write_text_atomically(Path(path), self.to_json() + "\n")

@@ -11,6 +11,7 @@ run id in the folder are never read.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -73,8 +74,6 @@ def part_path(folder: Path, rank: int) -> Path:
 
 def write_part(folder: Path, identity: RankIdentity, state: str, payload: dict[str, Any] | None = None) -> Path:
     """Write this rank's part atomically: readers see the old part or the new one, never half."""
-    import json
-
     body = {"format": FORMAT, "state": state, "identity": asdict(identity), **(payload or {})}
     return write_text_atomically(part_path(folder, identity.rank), json.dumps(body, allow_nan=False) + "\n")
 

@@ -7,13 +7,11 @@ finding's ``suggestion`` ...); a change to an existing key bumps the schema vers
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
-from trainmedic._os import write_text_atomically
+from trainmedic._document import JsonDocument
 from trainmedic.categories import CATEGORIES
 
 SCHEMA = "trainmedic.report/1"
@@ -128,7 +126,8 @@ class Straggler:
 
 
 @dataclass
-class Report:
+class Report(JsonDocument):
+    ALLOW_NAN = False  # the schema promises finite numbers (to_dict writes an unbounded ceiling as null)
     command: list[str]
     exit_code: int
     outcome: str
@@ -170,11 +169,6 @@ class Report:
             "straggler": _finite(asdict(self.straggler)) if self.straggler is not None else None,
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
-
-    def write_json(self, path: str | Path) -> Path:
-        return write_text_atomically(Path(path), self.to_json() + "\n")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Report":

@@ -8,14 +8,12 @@ batch 2, so step times alone would mislead); every median comes with its trials'
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from trainmedic._os import write_text_atomically
+from trainmedic._document import JsonDocument
 
 SCHEMA = "trainmedic.tune/1"
 
@@ -250,7 +248,7 @@ class Row:
 
 
 @dataclass
-class TuneResult:
+class TuneResult(JsonDocument):
     """A tuning run: every row, the winner, the ties, the baseline and the why."""
 
     target: str
@@ -319,8 +317,3 @@ class TuneResult:
             "warnings": list(self.warnings),
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    def write_json(self, path: str | Path) -> Path:
-        return write_text_atomically(Path(path), self.to_json() + "\n")

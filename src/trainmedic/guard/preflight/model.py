@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainmedic._os import write_text_atomically
+from trainmedic._document import JsonDocument
 from trainmedic.guard.preflight.frames import Where
 
 SCHEMA = "trainmedic.preflight/1"
@@ -159,7 +158,7 @@ class ExperimentResult:
 
 
 @dataclass
-class PreflightReport:
+class PreflightReport(JsonDocument):
     root: Path
     #: Where the declared experiments of this run came from; None when all were given with --command.
     pyproject: Path | None
@@ -186,8 +185,6 @@ class PreflightReport:
             "notes": list(self.notes),
         }
 
-    def write_json(self, path: Path) -> Path:
-        return write_text_atomically(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")
 
 
 def _last_lines(text: str, count: int = 40) -> str:
