@@ -126,6 +126,17 @@ def test_a_peer_lost_error_is_a_consequence_of_the_rank_that_died():
     assert merged.message.startswith("rank 1 died")
 
 
+def test_a_peer_lost_error_longer_than_one_line_is_still_a_consequence():
+    # DDP's comm hook wraps gloo's error twice: the one-line form cuts "Connection closed by peer" short.
+    wrapped = "RuntimeError: Got the following error when running the callback: " * 3
+    message = wrapped + "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [::1]:29500"
+    lost = _report(0.05, {"compute": 1.0}, outcome="exception", code=1, message=message + " (at job.py:39)")
+    stub = {"state": "running", "identity": {"rank": 1, "host": "elsewhere", "pid": 7, "run_id": "r"}}
+    merged = merge({0: _part(0, lost, 0.0, ended_at=5.0), 1: stub}, 2, ["job.py"])
+    assert "Connection closed by peer" not in {r.rank: r for r in merged.ranks}[0].message
+    assert merged.message.startswith("rank 1 died")
+
+
 def test_a_rank_still_running_at_the_merge_is_not_called_dead():
     import os
 

@@ -84,12 +84,16 @@ def merge(parts: dict[int, dict[str, Any]], world_size: int, command: list[str],
     seconds: dict[int, dict[str, float]] = {}
     kinds: list[str] = []
     untimed: list[str] = []
+    # Read on the whole error: the one-line form can cut "Connection closed by peer" short.
+    peer_lost: set[int] = set()
     for rank in range(world_size):
         part = parts.get(rank)
         if part is None or part.get("state") != "done" or "report" not in part:
             rows.append(_missing(rank, part, parts))
             continue
         report = Report.from_dict(part["report"])
+        if report.message and _PEER_LOST.search(report.message):
+            peer_lost.add(rank)
         report.message = short_message(report.message)
         reports[rank] = report
         ended[rank] = float(part.get("ended_at") or math.inf)
@@ -115,7 +119,7 @@ def merge(parts: dict[int, dict[str, Any]], world_size: int, command: list[str],
         if communication is not None:
             findings.insert(0, communication)
     failed = [r for r in rows if r.outcome in (DIED, RUNNING) or (r.exit_code not in (0, None) and r.outcome != "interrupted")]
-    failed.sort(key=lambda r: (_blame(r), ended.get(r.rank, math.inf), r.rank))
+    failed.sort(key=lambda r: (_blame(r, peer_lost), ended.get(r.rank, math.inf), r.rank))
     outcome, message, code = merged.outcome, merged.message, merged.exit_code
     if failed:
         first = failed[0]
@@ -176,14 +180,14 @@ def _summary(rank: int, part: dict[str, Any], report: Report, per: dict[str, flo
     )
 
 
-def _blame(r: RankSummary) -> int:
+def _blame(r: RankSummary, peer_lost: set[int]) -> int:
     """Which failure is the cause: a script's own error, then a rank that died without a word,
     then an error that only says a peer went away, then a rank still running."""
     if r.outcome == RUNNING:
         return 3
     if r.outcome == DIED:
         return 1
-    return 2 if r.message and _PEER_LOST.search(r.message) else 0
+    return 2 if r.rank in peer_lost else 0
 
 
 def _missing(rank: int, part: dict[str, Any] | None, parts: dict[int, dict[str, Any]]) -> RankSummary:
