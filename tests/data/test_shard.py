@@ -20,14 +20,15 @@ def epoch(loader, e):
     return [b[0].numpy() for b in loader]
 
 
+@pytest.mark.parametrize("order", [{}, {"shuffle_block": 10}, {"shuffle": False}])
 @pytest.mark.parametrize(
     "n, world, drop_last", [(103, 2, False), (103, 3, False), (103, 3, True), (96, 4, False), (2, 3, False), (100, 7, True)]
 )
-def test_ranks_are_disjoint_complete_and_equally_long(n, world, drop_last):
+def test_ranks_are_disjoint_complete_and_equally_long(n, world, drop_last, order):
     for e in range(2):
-        per_rank = [np.concatenate(epoch(load(n, (r, world), drop_last=drop_last, batch_size=5), e) or [np.array([], int)])
-                    for r in range(world)]
-        lengths = {len(load(n, (r, world), drop_last=drop_last, batch_size=5)) for r in range(world)}
+        per_rank = [np.concatenate(epoch(load(n, (r, world), drop_last=drop_last, batch_size=5, **order), e)
+                                   or [np.array([], int)]) for r in range(world)]
+        lengths = {len(load(n, (r, world), drop_last=drop_last, batch_size=5, **order)) for r in range(world)}
         assert len(lengths) == 1  # a DDP loop needs as many batches on every rank
         served = np.concatenate(per_rank)
         if drop_last:
@@ -51,6 +52,19 @@ def test_each_step_of_the_ranks_is_one_step_of_a_single_process_with_world_times
             assert sorted(together.tolist()) == sorted(whole.tolist() + single[0][:2].tolist())
 
 
+@pytest.mark.parametrize("order", [{"shuffle_block": 100}, {"shuffle": False}])
+def test_a_blocked_or_sequential_order_gives_each_rank_its_own_storage_chunks(order):
+    # 100-row chunks: striding would hand each of 4 ranks a quarter of every one of the 10 chunks.
+    chunks = []
+    for rank in range(4):
+        served = np.concatenate(epoch(load(1000, (rank, 4), batch_size=50, **order), 1))
+        chunks.append(set((served // 100).tolist()))
+    assert all(len(c) <= 3 for c in chunks)  # 2.5 chunks' worth each
+    assert sum(len(c) for c in chunks) <= 10 + 3  # a chunk shared only where two stretches meet
+    strided = np.concatenate(epoch(load(1000, (0, 4), batch_size=50), 1))
+    assert len(set((strided // 100).tolist())) == 10  # the full shuffle: every rank reads every chunk
+
+
 def test_len_and_explain_are_per_rank():
     loader = load(1000, (1, 2), batch_size=100)
     assert len(loader) == 5 and loader.samples_per_epoch == 500
@@ -59,6 +73,7 @@ def test_len_and_explain_are_per_rank():
     assert "padded with its first 1" in load(999, (0, 2)).explain()
     assert "last 1 of each epoch's order are dropped" in load(999, (0, 2), drop_last=True).explain()
     assert "shard: none" in load(10).explain()
+    assert "positions 500 to 999 of the epoch order, one stretch" in load(1000, (1, 2), shuffle_block=10).explain()
     assert "rank=1/2" in repr(loader)
 
 

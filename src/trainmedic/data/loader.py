@@ -15,6 +15,7 @@ resumes any rank of a run with the same number of processes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,7 +60,9 @@ class Loader:
         self.device = device
         self.fields: tuple[str, ...] = source.fields
         self.length: int = int(source.length or 0)
-        self.shard = shard = shard or Shard()
+        shard = shard or Shard()
+        # Orders that keep neighbours together (for read locality) are split into stretches, not strided.
+        self.shard = shard = dataclasses.replace(shard, contiguous=not shuffle or shuffle_block > 1)
         self.rank, self.world_size = shard.rank, shard.world_size
         #: Samples this rank serves per epoch: its shard of ``length`` (all of it without sharding).
         self.samples_per_epoch = shard.samples(self.length, drop_last)

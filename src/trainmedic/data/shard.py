@@ -1,13 +1,21 @@
 """Sharding an epoch across the ranks of a multi-process run: what DistributedSampler does, built in.
 
-Every rank computes the same seeded epoch order (``order.py``) and serves its own part of it:
-rank ``r`` of ``W`` takes the positions ``r, r + W, r + 2W, ...``. The ranks together therefore
-serve, at each step, one contiguous stretch of the epoch order — the samples a single process
-with ``batch_size * W`` would have served at that step — and every rank serves the same number
-of batches, which a DDP loop needs (a rank that runs out first leaves the others waiting in an
-all-reduce forever).
+Every rank computes the same seeded epoch order (``order.py``) and serves its own part of it, in
+one of two layouts:
 
-When the length does not divide by ``W``:
+- **strided** (a full shuffle, the default): rank ``r`` of ``W`` takes the positions
+  ``r, r + W, r + 2W, ...``. The ranks together serve, at each step, one contiguous stretch of
+  the epoch order — the samples a single process with ``batch_size * W`` would have served at
+  that step — as DistributedSampler does.
+- **contiguous** (``shuffle_block > 1`` or ``shuffle=False``, orders that keep neighbouring
+  samples together for read locality): rank ``r`` takes the ``r``-th of ``W`` equal stretches of
+  the order. Striding such an order would hand every rank a few rows of every storage chunk, so
+  each rank would read and decompress every chunk (``W`` times the reads of the whole job); a
+  stretch of whole blocks is read by its rank alone.
+
+Either way every rank serves the same number of batches, which a DDP loop needs (a rank that
+runs out first leaves the others waiting in an all-reduce forever). When the length does not
+divide by ``W``:
 
 - ``drop_last=False`` pads, as DistributedSampler does: the order is extended by repeating its
   first samples until it divides, so a few samples (fewer than ``W``) are served twice per
@@ -39,6 +47,8 @@ class Shard:
     rank: int = 0
     world_size: int = 1
     how: str = "not sharded"
+    #: Each rank one stretch of the order instead of every W-th position (see module docstring).
+    contiguous: bool = False
 
     def samples(self, length: int, drop_last: bool) -> int:
         """Samples this rank serves per epoch (padding included)."""
@@ -55,15 +65,23 @@ class Shard:
             pad = self.world_size - length % self.world_size
             # Fewer samples than ranks: repeat the whole order as often as needed (DistributedSampler too).
             order = np.concatenate([order, np.resize(order, pad)])
+        if self.contiguous:
+            per = len(order) // self.world_size
+            return order[self.rank * per : (self.rank + 1) * per]
         return order[self.rank :: self.world_size]
 
     def describe(self, length: int, drop_last: bool) -> str:
         if self.world_size == 1:
             return f"shard: none, every sample on this process ({self.how})"
         mine = self.samples(length, drop_last)
+        positions = (
+            f"positions {self.rank * mine} to {(self.rank + 1) * mine - 1} of the epoch order, one stretch so "
+            f"this rank reads its own blocks" if self.contiguous else
+            f"positions {self.rank}, {self.rank + self.world_size}, … of the epoch order"
+        )
         line = (
             f"shard: rank {self.rank} of {self.world_size}: {mine} of {length} samples per epoch "
-            f"(positions {self.rank}, {self.rank + self.world_size}, … of the epoch order; {self.how})"
+            f"({positions}; {self.how})"
         )
         extra = length % self.world_size
         if extra and drop_last:
