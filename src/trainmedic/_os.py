@@ -22,14 +22,19 @@ STALE_S = 24 * 3600.0
 
 
 def pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists here (also when it belongs to another user); False once it is gone."""
+    """True while ``pid`` runs here (also when it belongs to another user); False once it is gone,
+    including an exited process its parent has not reaped yet (a zombie still answers kill 0)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS): kill 0 is all there is
         return True
-    return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def fsync_dir(path: Path) -> None:

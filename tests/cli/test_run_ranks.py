@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-#: A DDP loop on 2 ranks; SLOW plants a straggler on rank 1 (its data or its compute), or a
-#: failure (an exception, a SIGKILL) at step 12. Line numbers are pinned by the tests below.
+#: A DDP loop on 2 ranks; SLOW plants a straggler on rank 1 (its data or its compute), a failure
+#: (an exception, a SIGKILL) at step 12, or a crash at exit. Line numbers are pinned by the tests below.
 JOB = """
 import os, time, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -31,8 +31,8 @@ class Net(torch.nn.Module):
         self.body = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
     def forward(self, x):
         if dist.get_rank() == 1 and SLOW == "compute":
-            heavy = torch.randn(384, 384)
-            for _ in range(12):
+            heavy, until = torch.randn(384, 384), time.perf_counter() + 0.03  # 30 ms more, on any CPU
+            while time.perf_counter() < until:
                 heavy = torch.tanh(heavy @ heavy)  # rank 1 computes more
         return self.body(x)
 
@@ -52,6 +52,7 @@ for step, (x, y) in enumerate(DataLoader(Samples(), batch_size=32)):
     loss.backward()
     opt.step()
 dist.destroy_process_group()
+if os.environ["RANK"] == "1" and SLOW == "abort": import atexit; atexit.register(os.abort)  # crash while exiting
 """
 
 
@@ -102,6 +103,15 @@ def test_a_rank_killed_by_a_signal_is_named_as_dead(tm):
     assert report["message"].startswith("rank 1 died")
     assert rows[0]["steps"] > 0  # rank 0's measurements survive
     assert "wrote no report" in report["notes"][0]
+
+
+def test_a_rank_crashing_after_its_script_completed_keeps_the_measurements_and_says_so(tm):
+    # torch's gloo teardown aborts now and then at interpreter exit, after the work and the part.
+    result, report = _job(tm, "abort")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert report["outcome"] == "completed" and [r["outcome"] for r in report["ranks"]] == ["completed"] * 2
+    assert report["ranks"][0]["steps"] == report["ranks"][1]["steps"] > 0
+    assert any("after every rank's script had completed" in note for note in report["notes"])
 
 
 @pytest.mark.parametrize("shared_folder", [False, True])

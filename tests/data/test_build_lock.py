@@ -54,7 +54,9 @@ CHILD = textwrap.dedent(
     class Note:
         def start(self, description, total):
             if description.startswith("waiting for"):
-                (work / "waiting").write_text(description)
+                # Written aside, then renamed: the test reads it as soon as it exists.
+                (work / "waiting.tmp").write_text(description)
+                os.replace(work / "waiting.tmp", work / "waiting")
         def advance(self, rows):
             pass
         def stop(self):

@@ -9,9 +9,6 @@ are big enough that 4 MiB CRC blocks straddle partition boundaries.
 import itertools
 import json
 import sqlite3
-import subprocess
-import sys
-import textwrap
 import uuid
 import zlib
 
@@ -211,15 +208,3 @@ def test_partitions_are_whole_chunks():
     assert [p.start % 256 for p in parts] == [0, 0, 0, 0] and parts[-1].stop == 10_050
     assert sum(p.rows for p in parts) == 10_050
     assert len(split_rows(300, 256, 8)) == 2  # never more partitions than chunks
-
-
-def test_a_ray_it_started_itself_is_shut_down(tmp_path):
-    np.save(tmp_path / "x.npy", np.arange(1000.0))
-    code = textwrap.dedent(f"""
-        import ray
-        from trainmedic import data
-        built = data.build_cache({str(tmp_path / 'x.npy')!r}, cache_dir={str(tmp_path / 'c')!r}, workers=1)
-        assert built.workers == 1 and built.partitions == 4 and not ray.is_initialized()
-    """)
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]

@@ -10,13 +10,12 @@ rank 0 wrote. Restoring that checkpoint in a 1-process run is refused, naming bo
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from proc_kit import run_group
 
 from trainmedic import data, guard
 from trainmedic.errors import CheckpointError
@@ -100,18 +99,20 @@ SCRIPT = textwrap.dedent(
 )
 
 
+# --standalone: torchrun binds its rendezvous store to a port the OS picks, where a port found free
+# beforehand could be taken by another process before torchrun binds it.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "--local-addr", "127.0.0.1"]
+
+
 def torchrun(tmp_path, tag, stop_at=0):
     out = tmp_path / tag
     out.mkdir()
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), str(script), str(out), str(tmp_path / "ckpt"), str(tmp_path / "cache"), str(stop_at)]
-    result = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=120)
+    cmd = [*TORCHRUN, str(script), str(out), str(tmp_path / "ckpt"), str(tmp_path / "cache"), str(stop_at)]
+    result = run_group(cmd, timeout=120, capture_output=True, text=True, env=env)
     return out, result
 
 
@@ -233,7 +234,7 @@ ALONE = textwrap.dedent(
         ckpt.save(1, model=model)
     else:
         import time
-        time.sleep(8)
+        time.sleep(600)  # never ends by itself: torchrun stops this rank as soon as rank 0 fails
     """
 )
 
@@ -241,13 +242,8 @@ ALONE = textwrap.dedent(
 def test_a_checkpointer_used_on_rank_0_only_is_a_clear_error_not_a_hang(tmp_path):
     script = tmp_path / "alone.py"
     script.write_text(ALONE)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), str(script), str(tmp_path / "ckpt")]
-    result = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    cmd = [*TORCHRUN, str(script), str(tmp_path / "ckpt")]
+    result = run_group(cmd, timeout=120, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode != 0
     assert "CheckpointError: the Checkpointer on rank 0 of 2 waited 3 s for the other ranks" in result.stderr
     assert "not inside `if rank == 0:`" in result.stderr

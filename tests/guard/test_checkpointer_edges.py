@@ -226,6 +226,27 @@ def test_stopping_waits_for_the_save_the_signal_asked_for(tmp_path):
         ckpt.close()
 
 
+def test_the_same_signal_again_right_after_the_stop_belongs_to_that_stop(tmp_path):
+    # torchrun SIGTERMs every rank once one has exited: a rank still unwinding from its own stop
+    # must not be ended by that signal (the handler from before) before its loop reports the stop.
+    before_us = []
+    previous = signal.signal(signal.SIGUSR1, lambda number, frame: before_us.append(number))
+    try:
+        ckpt = guard.Checkpointer(tmp_path / "ck", every=1000, signals=("SIGUSR1",))
+        ckpt.restore(state={})
+        os.kill(os.getpid(), signal.SIGUSR1)
+        with pytest.raises(guard.Preempted) as stopped:
+            ckpt.save(1, state={"step": 1})
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert before_us == []
+        assert "SIGUSR1 received: saved step 1" in str(stopped.value)
+        ckpt.close()
+        os.kill(os.getpid(), signal.SIGUSR1)  # close() gave the handler back
+        assert before_us == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def test_a_checkpointer_dropped_without_close_gives_its_signal_handlers_back(tmp_path):
     before = signal.getsignal(signal.SIGUSR1)
     guard.Checkpointer(tmp_path / "ck", signals=("SIGUSR1",)).restore(state={})

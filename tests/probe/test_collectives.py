@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -15,10 +13,9 @@ from trainmedic.probe.collectives import CollectiveTimer
 
 @pytest.fixture(scope="module")
 def group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    # Port 0: the store binds a port the OS picks, where a port found free beforehand could be taken.
+    store = dist.TCPStore("127.0.0.1", 0, 1, True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 

@@ -84,6 +84,7 @@ class Checkpointer:
         self._seq = store.next_seq(self.directory)
         self._stop_reason: str | None = None
         self._stop_signal: int | None = None  # the signal that stopped the run, on whichever rank it came
+        self._stop_here = False  # whether that signal came to this process (known when the stop is decided)
         self._late_signal: int | None = None  # a signal any rank received while the last save was written
         self._ranks: ranks_mod.Ranks | None = None  # found at the first restore/save/close of a torchrun job
         self._bad: set[Path] = set()  # checkpoints restore found corrupt: dropped once a newer one is written
@@ -115,6 +116,7 @@ class Checkpointer:
         if received is not None and self._stop_reason is None:
             reason = self._stop_reason = "signal"
             self._stop_signal = received
+            self._stop_here = self._received_here() is not None
             if self._signals is not None:
                 self._signals.saving = True
         elif reason == "deadline":
@@ -132,6 +134,7 @@ class Checkpointer:
             # The signal came while this save was writing: it already holds this step boundary.
             self._stop_reason = "signal"
             self._stop_signal = self._late_signal
+            self._stop_here = self._received_here() is not None
             if self._signals is not None:
                 self._signals.saving = True
         if self._stop_reason is not None and self.exit_on_stop:
@@ -340,13 +343,13 @@ class Checkpointer:
         assert saved is not None
         if self._stop_reason == "signal":
             number = self._stop_signal or self._received_here() or int(signal.SIGTERM)
-            here = self._received_here() is not None
+            here = self._stop_here
             why, code = f"{signal.Signals(number).name} received{'' if here else ' by another rank'}", 128 + number
         else:
             deadline_in = self._schedule.seconds_left(time.monotonic()) or 0.0
             why, code = f"the deadline is {format_duration(max(deadline_in, 0.0))} away", DEADLINE_EXIT_CODE
-        if self._signals is not None:
-            self._signals.uninstall()
+        # The handlers stay until close() or the with block's end: under torchrun the launcher
+        # SIGTERMs this rank as soon as another one exits, and that signal belongs to this stop.
         message = (
             f"trainmedic: {why}: saved step {saved.step} to {saved.path} in {format_seconds(saved.seconds)} and stopped. "
             f"Run the same command again to resume: Checkpointer.restore() continues from step {saved.step}."

@@ -221,6 +221,7 @@ def test_a_forked_child_opens_its_own_handle(tmp_path):
     receiver, sender = context.Pipe(duplex=False)
     child = context.Process(target=_read_in_child, args=(source, indices, sender))
     child.start()
+    assert receiver.poll(30), "the child did not answer: h5py hung after fork"
     rows, child_handle_pid, child_pid = receiver.recv()
     child.join(timeout=30)
 
