@@ -170,3 +170,12 @@ def evict_pages(path: Path) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+def write_result(result: dict[str, Any], path: Path) -> None:
+    """Write a benchmark's result JSON to ``path`` and say where."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"written: {os.path.relpath(path, REPO)}")

@@ -18,11 +18,9 @@ so every arm reads the file from disk once; arms alternate over rounds, medians 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import _env
+from _rank_gate import run_ranks, wait_for_go, write_rank_result
 
 HERE = Path(__file__).resolve()
 FEATURES = 1024  # float32: 4 KiB a row
@@ -59,25 +58,11 @@ def disk_used(folder: Path) -> int:
 
 def run_arm(arm: str, source: Path, work: Path) -> dict[str, Any]:
     gate = work / "gate"
-    gate.mkdir(parents=True)
     caches = [work / "cache"] * WORLD if arm == "lock" else [work / f"cache-rank{r}" for r in range(WORLD)]
     _env.evict_pages(source)
     os.sync()  # the previous arm's writeback must not land in this one's time
-    procs = []
-    for rank in range(WORLD):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1")
-        cmd = [sys.executable, str(HERE), "--worker", str(source), str(caches[rank]), str(gate), str(rank)]
-        procs.append(subprocess.Popen(cmd, env=env))
-    while not all((gate / f"ready-{r}").exists() for r in range(WORLD)):
-        if any(p.poll() is not None for p in procs):
-            raise SystemExit(f"a rank exited before it was ready (arm {arm})")
-        time.sleep(0.005)  # polling interval of the start gate
-    (gate / "go.tmp").write_text(repr(time.time()))
-    os.rename(gate / "go.tmp", gate / "go")
-    codes = [p.wait(timeout=3600) for p in procs]
-    if any(codes):
-        raise SystemExit(f"arm {arm}: ranks exited with {codes}")
-    ranks = [json.loads((gate / f"result-{r}.json").read_text()) for r in range(WORLD)]
+    ranks = run_ranks(lambda rank: [sys.executable, str(HERE), "--worker", str(source), str(caches[rank]), str(gate),
+                                    str(rank)], gate, WORLD, f"arm {arm}")
     folders = sorted(set(caches))
     return {
         "arm": arm,
@@ -99,11 +84,7 @@ def worker(source: str, cache: str, gate: str, rank: int) -> None:
     from trainmedic import data
     from trainmedic.data.tiers import disk  # noqa: F401
 
-    gate_dir = Path(gate)
-    (gate_dir / f"ready-{rank}").write_text("")
-    while not (gate_dir / "go").exists():
-        time.sleep(0.001)  # polling interval of the start gate
-    go = float((gate_dir / "go").read_text())
+    go = wait_for_go(Path(gate), rank)
     loader = data.load(source, fields=["x", "y"], batch_size=BATCH, seed=0, tier="disk", cache_dir=cache, progress=False)
     next(iter(loader))
     first = time.time() - go
@@ -116,29 +97,36 @@ def worker(source: str, cache: str, gate: str, rank: int) -> None:
         "write_bytes": int(io["write_bytes"]),
         "world_size": loader.world_size,
     }
-    (gate_dir / f"result-{rank}.json").write_text(json.dumps(result))
+    write_rank_result(Path(gate), rank, result)
 
 
 def gib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_options(description: str, name: str, worker: tuple[str, ...]) -> argparse.Namespace:
+    """The command line of the 2-rank HDF5 benchmarks; ``rows`` and ``rounds`` filled in."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="~40 MB, 1 round: a smoke check; writes nothing unless --out")
     parser.add_argument("--rows", type=int, help="rows of the HDF5 file (default 80,000: ~330 MB decoded; --quick 10,000)")
     parser.add_argument("--rounds", type=int, help="rounds, arms alternating (default 3; --quick 1)")
-    parser.add_argument("--workdir", type=Path, help="where the file and caches go (default: a temporary folder, removed)")
-    parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/cache_build_ranks-cpu-<date>.json)")
-    parser.add_argument("--worker", nargs=4, metavar=("SOURCE", "CACHE", "GATE", "RANK"), help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, help="where the files go (default: a temporary folder, removed)")
+    parser.add_argument("--out", type=Path, help=f"result file (default benchmarks/results/{name}-cpu-<date>.json)")
+    parser.add_argument("--worker", nargs=len(worker), metavar=worker, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.rows = args.rows or (10_000 if args.quick else 80_000)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    return args
+
+
+def main() -> int:
+    args = parse_options(__doc__.split("\n\n")[0], "cache_build_ranks", ("SOURCE", "CACHE", "GATE", "RANK"))
     if args.worker:
         source, cache, gate, rank = args.worker
         worker(source, cache, gate, int(rank))
         return 0
 
-    rows = args.rows or (10_000 if args.quick else 80_000)
-    rounds = args.rounds or (1 if args.quick else 3)
+    rows, rounds = args.rows, args.rounds
     work = args.workdir or Path(tempfile.mkdtemp(prefix="trainmedic-cache-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -187,10 +175,7 @@ def main() -> int:
     print(f"per-rank builds take {summary['speedup_first_batch']:.2f}x as long to the first batch on both ranks; "
           f"{result['benchmark_seconds']:.0f} s, load average after {result['load_average_after']}")
     if args.out or not args.quick:
-        path = args.out or _env.results_path("cache_build_ranks", "cpu")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(f"written: {os.path.relpath(path, _env.REPO)}")
+        _env.write_result(result, args.out or _env.results_path("cache_build_ranks", "cpu"))
     return 0
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -172,10 +171,7 @@ def main() -> int:
     }
     if (args.quick and args.out is None) or args.no_write:
         return 0
-    path = args.out or _env.results_path("ray_cache_build", "cpu")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"written: {os.path.relpath(path, _env.REPO)}")
+    _env.write_result(result, args.out or _env.results_path("ray_cache_build", "cpu"))
     return 0
 
 

@@ -16,13 +16,9 @@ alternate over rounds, medians reported.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import _env
-from cache_build_ranks import CHUNK_ROWS, FEATURES, gib, make_source
+from _rank_gate import run_ranks, wait_for_go, write_rank_result
+from cache_build_ranks import CHUNK_ROWS, FEATURES, gib, make_source, parse_options
 
 HERE = Path(__file__).resolve()
 BATCH = 256
@@ -39,23 +36,9 @@ WORLD = 2
 
 
 def run_arm(arm: str, source: Path, gate: Path) -> dict[str, Any]:
-    gate.mkdir(parents=True)
     _env.evict_pages(source)
-    procs = []
-    for rank in range(WORLD):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, str(HERE), "--worker", arm, str(source), str(gate), str(rank)],
-                                      env=env))
-    while not all((gate / f"ready-{r}").exists() for r in range(WORLD)):
-        if any(p.poll() is not None for p in procs):
-            raise SystemExit(f"a rank exited before it was ready (arm {arm})")
-        time.sleep(0.005)  # polling interval of the start gate
-    (gate / "go.tmp").write_text("")
-    os.rename(gate / "go.tmp", gate / "go")
-    codes = [p.wait(timeout=3600) for p in procs]
-    if any(codes):
-        raise SystemExit(f"arm {arm}: ranks exited with {codes}")
-    ranks = [json.loads((gate / f"result-{r}.json").read_text()) for r in range(WORLD)]
+    ranks = run_ranks(lambda rank: [sys.executable, str(HERE), "--worker", arm, str(source), str(gate), str(rank)],
+                      gate, WORLD, f"arm {arm}")
     return {
         "arm": arm,
         "epoch_s": max(r["epoch_s"] for r in ranks),
@@ -71,14 +54,11 @@ def worker(arm: str, source: str, gate: str, rank: int) -> None:
 
     from trainmedic import data
 
-    gate_dir = Path(gate)
     loader = data.load(source, fields=["x", "y"], batch_size=BATCH, seed=0, tier="stream", shuffle_block=CHUNK_ROWS,
                        progress=False)
     if arm == "strided":  # the layout of a full shuffle, forced on the blocked order
         loader.shard = dataclasses.replace(loader.shard, contiguous=False)
-    (gate_dir / f"ready-{rank}").write_text("")
-    while not (gate_dir / "go").exists():
-        time.sleep(0.001)  # polling interval of the start gate
+    wait_for_go(Path(gate), rank)
     before = _rchar()
     started = time.perf_counter()
     ids = [batch[1].numpy() for batch in loader]
@@ -86,7 +66,7 @@ def worker(arm: str, source: str, gate: str, rank: int) -> None:
     served = np.concatenate(ids)
     result = {"epoch_s": elapsed, "rchar": _rchar() - before, "samples": len(served),
               "first_ids": sorted(set(served.tolist()))}
-    (gate_dir / f"result-{rank}.json").write_text(json.dumps(result))
+    write_rank_result(Path(gate), rank, result)
 
 
 def _rchar() -> int:
@@ -95,21 +75,13 @@ def _rchar() -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="~40 MB, 1 round: a smoke check; writes nothing unless --out")
-    parser.add_argument("--rows", type=int, help="rows of the HDF5 file (default 80,000: ~330 MB decoded; --quick 10,000)")
-    parser.add_argument("--rounds", type=int, help="rounds, arms alternating (default 3; --quick 1)")
-    parser.add_argument("--workdir", type=Path, help="where the file goes (default: a temporary folder, removed)")
-    parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/stream_ranks-cpu-<date>.json)")
-    parser.add_argument("--worker", nargs=4, metavar=("ARM", "SOURCE", "GATE", "RANK"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_options(__doc__.split("\n\n")[0], "stream_ranks", ("ARM", "SOURCE", "GATE", "RANK"))
     if args.worker:
         arm, source, gate, rank = args.worker
         worker(arm, source, gate, int(rank))
         return 0
 
-    rows = args.rows or (10_000 if args.quick else 80_000)
-    rounds = args.rounds or (1 if args.quick else 3)
+    rows, rounds = args.rows, args.rounds
     work = args.workdir or Path(tempfile.mkdtemp(prefix="trainmedic-stream-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -158,10 +130,7 @@ def main() -> int:
     print(f"contiguous stretches serve the epoch {summary['speedup_epoch']:.2f}x faster than strided positions; "
           f"{result['benchmark_seconds']:.0f} s, load average after {result['load_average_after']}")
     if args.out or not args.quick:
-        path = args.out or _env.results_path("stream_ranks", "cpu")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(f"written: {os.path.relpath(path, _env.REPO)}")
+        _env.write_result(result, args.out or _env.results_path("stream_ranks", "cpu"))
     return 0
 
 
