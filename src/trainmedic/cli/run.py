@@ -64,7 +64,7 @@ def run_target(options: RunOptions, console: Console) -> int:
     folder = run_ranks.start_rank(identity)
     with run_ranks.RankSignals() as signals:
         report, measurements = _watch(options, signals)
-        return run_ranks.finish_rank(identity, folder, report, measurements, show)
+        return run_ranks.finish_rank(identity, folder, report, measurements, show, signals.script_ended_at)
 
 
 def _watch(options: RunOptions, signals: run_ranks.RankSignals | None = None) -> tuple[Report, Measurements]:

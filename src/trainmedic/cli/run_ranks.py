@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,6 +105,8 @@ class RankSignals:
     def __init__(self) -> None:
         self.script_running = False
         self.received: int | None = None
+        #: Wall-clock time the script ended (the merge blames the first rank to fail).
+        self.script_ended_at: float | None = None
         self._previous: Any = None
 
     def __enter__(self) -> RankSignals:  # noqa: PYI034 - Self needs Python 3.11
@@ -125,13 +128,15 @@ class RankSignals:
             yield
         finally:
             self.script_running = False
+            self.script_ended_at = time.time()
 
 
 def finish_rank(
-    identity: RankIdentity, folder: Path, report: Report, measurements: Measurements, emit: Callable[[Report], None]
+    identity: RankIdentity, folder: Path, report: Report, measurements: Measurements, emit: Callable[[Report], None],
+    script_ended_at: float | None = None,
 ) -> int:
     """Write this rank's part; on rank 0 of a plain torchrun launch, merge and emit the job's report."""
-    ranks.write_part(folder, identity, ranks.DONE, rank_payload(report, measurements))
+    ranks.write_part(folder, identity, ranks.DONE, rank_payload(report, measurements, script_ended_at))
     if identity.rank != 0 or os.environ.get(PARENT_ENV):
         return report.exit_code  # --nproc's parent merges; the other ranks stay quiet
     # When rank 0's own script failed, the others may be blocked in a collective waiting for it

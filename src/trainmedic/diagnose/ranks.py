@@ -63,15 +63,17 @@ _OTHER_FIX = (
 )
 
 
-def rank_payload(report: Report, m: Measurements) -> dict[str, Any]:
-    """What a rank writes into its part: its report and its per-step waits in collectives."""
+def rank_payload(report: Report, m: Measurements, ended_at: float | None = None) -> dict[str, Any]:
+    """What a rank writes into its part: its report, its per-step waits in collectives, and the
+    wall-clock time its script ended (``ended_at``, now when not known)."""
     return {
         "report": report.to_dict(),
         "waits": [round(s, 6) for _, s in m.collectives.waits],
         "kinds": list(m.collectives.kinds),
         "untimed": list(m.collectives.untimed),
-        # Wall-clock time: when ranks fail one after another, the first is the cause.
-        "ended_at": time.time(),
+        # When ranks fail one after another, the first is the cause: the script's end, not the
+        # part's write (diagnosis takes longer on some ranks than on others).
+        "ended_at": ended_at if ended_at is not None else time.time(),
     }
 
 
