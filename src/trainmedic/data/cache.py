@@ -79,7 +79,7 @@ class DiskCache:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SourceError(f"cannot create the cache folder {str(self.root)!r} ({exc}); pass cache_dir= a writable folder.") from None
-        problem = self._problem()
+        problem = self.problem()
         if problem is None:
             return self._open()
         announced = []
@@ -98,7 +98,7 @@ class DiskCache:
                     self.waited += lock.waited
                     self.waited_for = lock.holder or self.waited_for
                     self.took_over = lock.took_over or self.took_over
-                    problem = self._problem()  # the holder we waited for may have built it
+                    problem = self.problem()  # the holder we waited for may have built it
                     if problem is None:
                         break
                     if lock.held:
@@ -115,7 +115,8 @@ class DiskCache:
 
     # -- checking -----------------------------------------------------------------------------
 
-    def _problem(self) -> str | None:
+    def problem(self) -> str | None:
+        """Why the cache on disk cannot be served as it is (None when it can)."""
         manifest_path = self.folder / "manifest.json"
         if not manifest_path.exists():
             return "no cache yet" if not self.folder.exists() else "the cache has no manifest"
@@ -164,12 +165,12 @@ class DiskCache:
     # -- building -----------------------------------------------------------------------------
 
     def _build(self, progress: Progress) -> None:
-        self._sweep_abandoned()  # under the build lock: see there
+        self.sweep_abandoned()  # under the build lock: see there
         tmp = self.root / f".tmp-{self.folder.name}-{os.getpid()}-{os.urandom(3).hex()}"
         tmp.mkdir()
         try:
             manifest = self._write(tmp, progress)
-            self._publish(tmp, manifest)
+            self.publish(tmp, manifest)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -199,7 +200,8 @@ class DiskCache:
             os.fsync(f.fileno())
         return manifest
 
-    def _publish(self, tmp: Path, manifest: dict) -> None:
+    def publish(self, tmp: Path, manifest: dict) -> None:
+        """Put the finished build folder ``tmp`` in place with one rename (under the build lock)."""
         fsync_dir(tmp)
         if self.folder.exists():
             # The old cache is known bad or stale; move it aside first so the rename is atomic,
@@ -212,14 +214,14 @@ class DiskCache:
             os.rename(tmp, self.folder)
         except OSError:
             # Another process (a second rank) published the same cache first; use theirs if it checks out.
-            if self._problem() is not None:
+            if self.problem() is not None:
                 raise
         fsync_dir(self.root)
         if stale is not None:
             shutil.rmtree(stale, ignore_errors=True)
         self.manifest = manifest
 
-    def _sweep_abandoned(self) -> None:
+    def sweep_abandoned(self) -> None:
         """Remove build and stale folders of processes that died before cleaning up.
 
         This folder's own leftovers go whoever wrote them: the caller holds its build lock, so no

@@ -109,7 +109,7 @@ def build_cache(
         raise SourceError(f"cannot create the cache folder {str(root)!r} ({exc}); pass cache_dir= a writable folder.") from None
     # The private checks of DiskCache are the format's own: a cache this call would rebuild is
     # exactly one load() would rebuild, and vice versa.
-    reason = cache._problem()
+    reason = cache.problem()
     if reason is None:
         return _reused(cache)
     bar = progress_for(progress)
@@ -117,7 +117,7 @@ def build_cache(
     # build instead of sweeping its .tmp- folder away (see build_lock.py), and vice versa.
     try:
         with build_lock(cache.folder):  # a wait is logged by build_lock
-            reason = cache._problem()
+            reason = cache.problem()
             if reason is None:  # the holder we waited for built it
                 return _reused(cache)
             return _build(ray, cache, opened, recipe, reason, address, workers, partitions, bar)
@@ -135,7 +135,7 @@ def _build(
         plan = split(opened, recipe, partitions or PARTITIONS_PER_WORKER * slots)
         opened.specs = plan.specs  # a query's specs, known from its first rows
         _check_space(cache.root, opened, plan)
-        cache._sweep_abandoned()
+        cache.sweep_abandoned()
         tmp = cache.root / f".tmp-{cache.folder.name}-{os.getpid()}-{os.urandom(3).hex()}"
         tmp.mkdir()
         try:
@@ -150,7 +150,7 @@ def _build(
             seconds = time.perf_counter() - started
             manifest = build_manifest(opened, plan.length, crcs, seconds)
             _write_manifest(tmp, manifest)
-            cache._publish(tmp, manifest)
+            cache.publish(tmp, manifest)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
