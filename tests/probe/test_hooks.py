@@ -10,7 +10,8 @@ import torch
 from trainmedic import data
 from trainmedic.data.loader import Loader
 from trainmedic.probe.clock import LOADER, OPTIMIZER, StepClock
-from trainmedic.probe.hooks import TorchHooks, after_import
+from trainmedic.probe.hooks import TorchHooks
+from trainmedic.probe.patches import after_import
 
 
 def _loader(rows: int = 40, batch_size: int = 8) -> Loader:

@@ -2,7 +2,7 @@
 
 The loop calls ``save(step, **objects)`` at every step boundary and ``restore(**objects)`` once
 before it; the Checkpointer decides which calls write (see ``schedule.py``), writes atomically
-(``store.py``), captures every random stream with the objects (``rng.py``, ``state.py``), and on
+(``store.py``) and reads back (``readback.py``), captures every random stream with the objects (``rng.py``, ``state.py``), and on
 SIGTERM/SIGUSR1 or near the deadline writes at the next boundary and ends the run cleanly.
 Messages go to the ``trainmedic.guard`` logger: INFO for a resume, WARNING for a skipped
 checkpoint, a stop or an inexact resume. Under torch.distributed the ranks decide together,
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from trainmedic._version import __version__
-from trainmedic.errors import CheckpointError, CheckpointMismatchError, Preempted
+from trainmedic.errors import CheckpointError, Preempted
 from trainmedic.guard import ranks as ranks_mod
-from trainmedic.guard import rng, serialize, state, store
+from trainmedic.guard import readback, rng, state, store
 from trainmedic.guard.preflight_log import PreflightLog
 from trainmedic.guard.records import CheckpointInfo, RestoreInfo, SaveInfo
 from trainmedic.guard.schedule import Schedule, SignalCatcher, parse_deadline, parse_every
@@ -144,21 +144,9 @@ class Checkpointer:
     def restore(self, **objects: Any) -> int:
         """Load the newest verified checkpoint into ``objects`` in place; return its step (0: none)."""
         self._check_names(objects)
-        skipped: list[tuple[Path, str]] = []
-        for path in store.clean_leftovers(self.directory):
-            if store.is_interrupted_save(path):
-                skipped.append((path, "an interrupted save (the process stopped while writing it); removed"))
-        chosen, older = None, []
-        for entry in store.list_entries(self.directory):
-            if chosen is not None:
-                older.append(entry)
-                continue
-            manifest, problem = store.verify(entry.path)
-            if manifest is None:
-                skipped.append((entry.path, problem or "unreadable"))
-                self._bad.add(entry.path)
-            else:
-                chosen = (entry, manifest)
+        found = readback.newest_verified(self.directory)
+        chosen, older, skipped = found.chosen, found.older, found.skipped
+        self._bad.update(found.corrupt)
         coordinated = self._coordination()
         if coordinated is not None:
             coordinated.check_same_choice(chosen[1]["step"] if chosen else 0, chosen[0].path if chosen else None)
@@ -170,8 +158,8 @@ class Checkpointer:
             return 0
         entry, manifest = chosen
         world_note = ranks_mod.check_world(entry.path, manifest, objects, self._ranks)
-        sources = self._sources(objects, chosen, older)
-        loaded = {name: self._load(path, mf, name) for name, (path, mf) in sources.items()}
+        sources = readback.sources(objects, chosen, older)
+        loaded = {name: readback.load(path, mf, name) for name, (path, mf) in sources.items()}
         for name, saved in loaded.items():
             saved_type = sources[name][1].get("types", {}).get(name)
             state.check(name, objects[name], saved, str(sources[name][0]), saved_type)
@@ -183,7 +171,7 @@ class Checkpointer:
             if note:
                 notes.append(note)
         if self.capture_rng and f"{_RNG}.pt" in manifest["files"]:
-            notes += rng.restore(ranks_mod.streams_of(self._load(entry.path, manifest, _RNG).state, self._ranks, notes))
+            notes += rng.restore(ranks_mod.streams_of(readback.load(entry.path, manifest, _RNG).state, self._ranks, notes))
         info = CheckpointInfo.from_manifest(entry.path, manifest)
         self._phases = list(info.phases_done)
         self._schedule.resumed(info.step, info.save_seconds)
@@ -365,45 +353,6 @@ class Checkpointer:
         if self._ranks is None:
             self._ranks = ranks_mod.Ranks.detect()
         return self._ranks
-
-    def _sources(self, objects: dict[str, Any], chosen: tuple[Any, dict], older: list[store.Entry]) -> dict[str, tuple[Path, dict]]:
-        """Where each object comes from: the newest checkpoint, or else the phase checkpoint that saved it.
-
-        A phase's output (a sample pool, a pretrained encoder) is saved once at the phase boundary;
-        later step checkpoints need not repeat it. Older checkpoints are verified only when needed.
-        """
-        entry, manifest = chosen
-        sources = {name: (entry.path, manifest) for name in objects if f"{name}.pt" in manifest["files"]}
-        wanted = [name for name in objects if name not in sources]
-        for candidate in older:
-            if not wanted:
-                break
-            if candidate.phase is None:
-                continue
-            listed, _ = store.read_manifest(candidate.path)
-            if listed is None or not any(f"{name}.pt" in listed["files"] for name in wanted):
-                continue
-            verified, _ = store.verify(candidate.path)
-            if verified is None:
-                continue
-            for name in [n for n in wanted if f"{n}.pt" in verified["files"]]:
-                sources[name] = (candidate.path, verified)
-                wanted.remove(name)
-        return sources
-
-    @staticmethod
-    def _load(path: Path, manifest: dict[str, Any], name: str) -> state.Captured:
-        kind = manifest.get("objects", {}).get(name, state.VALUE)
-        serializer = manifest["files"][f"{name}.pt"].get("serializer", "pickle")
-        try:
-            return state.Captured(kind, serialize.load_file(path / f"{name}.pt", serializer, mmap=kind == state.MODULE))
-        except Exception as exc:
-            saved_type = manifest.get("types", {}).get(name, "an object")
-            raise CheckpointMismatchError(
-                f"{name!r} in {path} cannot be read back: {type(exc).__name__}: {exc}. It was saved as {saved_type}; a "
-                "class that was renamed, moved or changed since cannot be unpickled. Keep that class importable under "
-                "its old name, give it state_dict()/load_state_dict(), or save plain values instead."
-            ) from exc
 
     def _room_for(self, objects: dict[str, Any]) -> None:
         # Only what holds tensors is asked for its state: a StatefulDataLoader would start its

@@ -28,6 +28,7 @@ from typing import Any
 
 from trainmedic.probe.clock import StepClock
 from trainmedic.probe.decimate import Decimator
+from trainmedic.probe.patches import Patches
 
 #: The torch.distributed functions that block every rank until all have called them.
 COLLECTIVES = (
@@ -59,7 +60,7 @@ class CollectiveTimer:
         self._kinds: dict[str, None] = {}
         self._untimed: dict[str, None] = {}
         self._depth = threading.local()  # all_gather_object calls all_gather: count the outer call only
-        self._restore: list[Callable[[], None]] = []
+        self._patches = Patches()
         # A backward pass in flight: when its last bucket was ready, and the latest completion.
         self._last_ready: float | None = None
         self._latest_done = 0.0
@@ -84,25 +85,18 @@ class CollectiveTimer:
             if original is None or getattr(original, _MARK, False):
                 continue
             timed = self._timed_call(name, original)
-            self._set(dist, name, timed)
+            self._patches.replace(dist, name, timed)
             if c10d is not None and getattr(c10d, name, None) is original:
-                self._set(c10d, name, timed)
+                self._patches.replace(c10d, name, timed)
 
     def uninstall(self) -> None:
-        for restore in reversed(self._restore):
-            restore()
-        self._restore.clear()
+        self._patches.undo()
         if self._on_step in self.clock.listeners:
             self.clock.listeners.remove(self._on_step)
 
     def stats(self) -> CollectiveStats:
         with self._lock:
             return CollectiveStats(self._waits.items(), tuple(self._kinds), tuple(self._untimed))
-
-    def _set(self, owner: Any, name: str, value: Any) -> None:
-        original = getattr(owner, name)
-        setattr(owner, name, value)
-        self._restore.append(lambda: setattr(owner, name, original))
 
     # -- DDP ------------------------------------------------------------------------------------
 
@@ -130,8 +124,8 @@ class CollectiveTimer:
 
         forward_timed.__wrapped__ = forward  # type: ignore[attr-defined]
         register_comm_hook.__wrapped__ = register  # type: ignore[attr-defined]
-        self._set(ddp, "forward", forward_timed)
-        self._set(ddp, "register_comm_hook", register_comm_hook)
+        self._patches.replace(ddp, "forward", forward_timed)
+        self._patches.replace(ddp, "register_comm_hook", register_comm_hook)
 
     def _timed_hook(self, hook: Callable) -> Callable:
         timer = self

@@ -12,15 +12,14 @@ per op, nothing per submodule.
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import importlib.abc
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from trainmedic.probe.clock import LOADER, OPTIMIZER, StepClock
+from trainmedic.probe.patches import Patches
 
 
 class TorchHooks:
@@ -28,10 +27,9 @@ class TorchHooks:
         self.clock = clock
         self.installed = False
         self._handles: list[Any] = []
-        self._restore: list[Callable[[], None]] = []
+        self._patches = Patches()
         self._optimizer_id: int | None = None
         self._root_models_hooked = False
-        self._cancel: list[Callable[[], None]] = []
         self.on_install: list[Callable[[Any], None]] = []
         #: First dimension of the root model's first input, over the first forwards: the batch
         #: size the model trains on, whatever produced the batch.
@@ -41,21 +39,16 @@ class TorchHooks:
         """Install now if torch (and trainmedic.data) is imported, else as soon as it is."""
         torch = sys.modules.get("torch")
         if torch is None:
-            self._cancel.append(after_import("torch", self._install))
+            self._patches.after_import("torch", self._install)
         elif hasattr(torch, "optim"):  # not a torch that is still importing itself
             self._install(torch)
-        self._cancel.append(after_import("trainmedic.data.loader", self._install_data_loader))
+        self._patches.after_import("trainmedic.data.loader", self._install_data_loader)
 
     def uninstall(self) -> None:
-        for cancel in self._cancel:
-            cancel()
-        self._cancel.clear()
         for handle in self._handles:
             handle.remove()
-        for restore in reversed(self._restore):
-            restore()
         self._handles.clear()
-        self._restore.clear()
+        self._patches.undo()
         self.installed = False
 
     def _install(self, torch: Any) -> None:
@@ -81,9 +74,7 @@ class TorchHooks:
         self._patch(module.Loader, "__iter__", self._wrap_iter)
 
     def _patch(self, owner: Any, name: str, wrap: Callable[[Callable], Callable]) -> None:
-        original = getattr(owner, name)
-        setattr(owner, name, wrap(original))
-        self._restore.append(lambda: setattr(owner, name, original))
+        self._patches.replace(owner, name, wrap(getattr(owner, name)))
 
     # -- hooks -------------------------------------------------------------------------------
 
@@ -182,84 +173,3 @@ def _counted(batches: Iterator[Any], clock: StepClock) -> Iterator[Any]:
         close = getattr(batches, "close", None)
         if close is not None:
             close()
-
-
-def after_import(name: str, callback: Callable[[Any], None]) -> Callable[[], None]:
-    """Call ``callback(module)`` now if ``name`` is imported, else right after it is.
-
-    Returns a function that cancels a callback that has not run yet. A callback that raises is
-    ignored: a probe must never break the user's import.
-    """
-    module = sys.modules.get(name)
-    if module is not None:
-        _call(callback, module)
-        return _nothing
-    return _FINDER.add(name, callback)
-
-
-def _nothing() -> None:
-    pass
-
-
-def _call(callback: Callable[[Any], None], module: Any) -> None:
-    with contextlib.suppress(Exception):  # see after_import
-        callback(module)
-
-
-class _PostImportFinder(importlib.abc.MetaPathFinder):
-    """Calls the callbacks registered for a module right after it finishes importing.
-
-    On ``sys.meta_path`` only while some callback waits; each name is hooked once.
-    """
-
-    def __init__(self) -> None:
-        self._pending: dict[str, list[Callable[[Any], None]]] = {}
-
-    def add(self, name: str, callback: Callable[[Any], None]) -> Callable[[], None]:
-        self._pending.setdefault(name, []).append(callback)
-        if self not in sys.meta_path:
-            sys.meta_path.insert(0, self)
-
-        def cancel() -> None:
-            callbacks = self._pending.get(name)
-            if callbacks is not None and callback in callbacks:
-                callbacks.remove(callback)
-                if not callbacks:
-                    del self._pending[name]
-            self._leave_if_idle()
-
-        return cancel
-
-    def _leave_if_idle(self) -> None:
-        if not self._pending and self in sys.meta_path:
-            sys.meta_path.remove(self)
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        callbacks = self._pending.pop(fullname, None)
-        if callbacks is None:
-            return None
-        self._leave_if_idle()  # also keeps the lookup below from finding us
-        spec = None
-        for finder in list(sys.meta_path):
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        if spec is None or spec.loader is None or isinstance(spec.loader, type):
-            return spec  # a class-level loader (builtins) cannot be wrapped for one import only
-        # The loader instance is made fresh for this one import, so wrapping its method is safe.
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_then_call(module: Any) -> None:
-            exec_module(module)
-            for callback in callbacks:
-                _call(callback, module)
-
-        loader.exec_module = exec_then_call
-        return spec
-
-
-_FINDER = _PostImportFinder()

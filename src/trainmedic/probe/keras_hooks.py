@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmedic.probe.clock import KERAS, StepClock
-from trainmedic.probe.hooks import after_import
+from trainmedic.probe.patches import Patches
 
 #: Forwards whose batch size is read: enough for a majority, few enough to cost nothing after.
 _BATCH_PEEKS = 32
@@ -41,22 +41,16 @@ class KerasHooks:
         #: counter when given, so one ``batch_size()`` answers for both frameworks.
         self.batch_sizes: Counter[int] = batch_sizes if batch_sizes is not None else Counter()
         self.installed = False
-        self._cancel: list[Callable[[], None]] = []
-        self._restore: list[Callable[[], None]] = []
+        self._patches = Patches()
         #: (model, our wrapper) for each train function wrapped, to put the original back.
         self._peeked: list[tuple[weakref.ref, Callable]] = []
 
     def install(self) -> None:
         """Install now if keras is imported, else as soon as it is."""
-        self._cancel.append(after_import("keras", self._install))
+        self._patches.after_import("keras", self._install)
 
     def uninstall(self) -> None:
-        for cancel in self._cancel:
-            cancel()
-        self._cancel.clear()
-        for restore in reversed(self._restore):
-            restore()
-        self._restore.clear()
+        self._patches.undo()
         for ref, wrapper in self._peeked:
             model = ref()
             if model is not None and getattr(model, "train_function", None) is wrapper:
@@ -75,15 +69,11 @@ class KerasHooks:
         self.installed = True
 
     def _patch(self, owner: type, name: str, wrap: Callable[[Callable], Callable]) -> None:
-        # The method may be inherited (Model.train_on_batch lives on the backend's trainer):
-        # restoring means deleting the class attribute we set, not copying the base's onto it.
-        own = name in owner.__dict__
-        original = owner.__dict__[name] if own else getattr(owner, name)
+        original = getattr(owner, name)
         wrapped = wrap(original)
         wrapped.__wrapped__ = original  # type: ignore[attr-defined]
         wrapped.__doc__ = getattr(original, "__doc__", None)
-        setattr(owner, name, wrapped)
-        self._restore.append(lambda: setattr(owner, name, original) if own else delattr(owner, name))
+        self._patches.replace(owner, name, wrapped)
 
     # -- hooks -------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmedic.probe.frames import is_user_file
-from trainmedic.probe.hooks import after_import
+from trainmedic.probe.patches import Patches
 from trainmedic.probe.queries import DatabaseStats
 from trainmedic.probe.source_facts import (
     Database,
@@ -73,8 +73,7 @@ class _RecordingConnection(sqlite3.Connection):
 
 class SourceRecorder:
     def __init__(self) -> None:
-        self._restore: list[Callable[[], None]] = []
-        self._cancel: list[Callable[[], None]] = []
+        self._patches = Patches()
         self._databases: dict[str, DatabaseStats] = {}
         self._engines: dict[int, DatabaseStats] = {}
         self._hdf5: dict[str, dict[str, Any]] = {}
@@ -97,18 +96,13 @@ class SourceRecorder:
             ("torch", self._hook_torch),
             ("trainmedic.data", self._hook_trainmedic_data),
         ):
-            self._cancel.append(after_import(name, hook))
+            self._patches.after_import(name, hook)
 
     def uninstall(self) -> None:
         global _active
         if _active is self:
             _active = None
-        for cancel in self._cancel:
-            cancel()
-        self._cancel.clear()
-        for restore in reversed(self._restore):
-            restore()
-        self._restore.clear()
+        self._patches.undo()
         if self._sa_listener is not None:
             event, (target, listener) = self._sa_listener
             # An SQLAlchemy that cannot remove it keeps a listener that finds no engine of ours.
@@ -143,8 +137,7 @@ class SourceRecorder:
         original = getattr(owner, name)
         wrapper.__wrapped__ = original  # type: ignore[attr-defined]
         wrapper.__doc__ = getattr(original, "__doc__", None)
-        setattr(owner, name, wrapper)
-        self._restore.append(lambda: setattr(owner, name, original))
+        self._patches.replace(owner, name, wrapper)
 
     def _hook_sqlite3(self, module: Any) -> None:
         original = module.connect

@@ -18,8 +18,8 @@ import pytest
 
 from trainmedic.guard.lint import lint_source
 
-#: name -> (the code the broken script must get, broken source, fixed source). Scripts leave what
-#: they observed in RESULT.
+#: name -> (the code the broken script must get, broken source, the fix: (old, new) edits of that
+#: source, each found exactly once). Scripts leave what they observed in RESULT.
 CASES = {
     # TM101, seed 000 #6: Lambda layers built in a loop all read the loop variable's last value.
     "loop_capture": ("TM101", """
@@ -33,18 +33,7 @@ CASES = {
             heads.append(layers.Lambda(lambda t: t[:, i : i + 1] * 1.0)(inputs))
         model = keras.Model(inputs, layers.Concatenate()(heads))
         RESULT = model.predict(np.array([[1.0, 2.0, 3.0]], dtype="float32"), verbose=0).tolist()[0]
-    """, """
-        import numpy as np
-        import keras
-        from keras import layers
-
-        inputs = keras.Input((3,))
-        heads = []
-        for i in range(3):
-            heads.append(layers.Lambda(lambda t, i=i: t[:, i : i + 1] * 1.0)(inputs))
-        model = keras.Model(inputs, layers.Concatenate()(heads))
-        RESULT = model.predict(np.array([[1.0, 2.0, 3.0]], dtype="float32"), verbose=0).tolist()[0]
-    """),
+    """, [('lambda t: t[:, i : i + 1]', 'lambda t, i=i: t[:, i : i + 1]')]),
     # TM102, seed 000 #7: Keras 3 cannot tell which way a metric function should go.
     "monitor_mode": ("TM102", """
         import numpy as np
@@ -60,21 +49,7 @@ CASES = {
         stop = keras.callbacks.EarlyStopping(monitor="val_bit_error_rate", patience=2)
         history = model.fit(x, y, validation_data=(x, y), epochs=2, batch_size=32, verbose=0, callbacks=[stop])
         RESULT = len(history.history["loss"])
-    """, """
-        import numpy as np
-        import keras
-
-        def bit_error_rate(y_true, y_pred):
-            return keras.ops.mean(keras.ops.cast(keras.ops.not_equal(y_true > 0.5, y_pred > 0.5), "float32"))
-
-        x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
-        y = (x[:, :1] > 0).astype("float32")
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
-        model.compile(optimizer="sgd", loss="binary_crossentropy", metrics=[bit_error_rate])
-        stop = keras.callbacks.EarlyStopping(monitor="val_bit_error_rate", mode="min", patience=2)
-        history = model.fit(x, y, validation_data=(x, y), epochs=2, batch_size=32, verbose=0, callbacks=[stop])
-        RESULT = len(history.history["loss"])
-    """),
+    """, [('monitor="val_bit_error_rate", patience=2', 'monitor="val_bit_error_rate", mode="min", patience=2')]),
     # TM103 on the torch backend: a torch op on a KerasTensor while building a functional model.
     "backend_op_on_keras_tensor": ("TM103", """
         import numpy as np
@@ -87,18 +62,7 @@ CASES = {
         h = torch.reshape(h, (-1, 32))
         model = keras.Model(inputs, layers.Dense(1)(h))
         RESULT = list(model.predict(np.ones((2, 4, 8), dtype="float32"), verbose=0).shape)
-    """, """
-        import numpy as np
-        import torch
-        import keras
-        from keras import layers
-
-        inputs = keras.Input((4, 8))
-        h = layers.Dense(8)(inputs)
-        h = keras.ops.reshape(h, (-1, 32))
-        model = keras.Model(inputs, layers.Dense(1)(h))
-        RESULT = list(model.predict(np.ones((2, 4, 8), dtype="float32"), verbose=0).shape)
-    """),
+    """, [('h = torch.reshape(h, (-1, 32))', 'h = keras.ops.reshape(h, (-1, 32))')]),
     # TM105: a PyDataset that opens its HDF5 file for every batch (seed 000 #5).
     "open_per_batch": ("TM105", """
         import h5py
@@ -125,31 +89,12 @@ CASES = {
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse")
         RESULT = len(model.fit(Batches("pairs.h5", 16), epochs=2, verbose=0).history["loss"])
-    """, """
-        import h5py
-        import numpy as np
-        import keras
-
-        with h5py.File("pairs.h5", "w") as f:
-            f["x"] = np.ones((64, 4), dtype="float32")
-            f["y"] = np.zeros((64, 1), dtype="float32")
-
-        class Batches(keras.utils.PyDataset):
-            def __init__(self, path, batch_size, **kwargs):
-                super().__init__(**kwargs)
-                self.file, self.batch_size = h5py.File(path, "r"), batch_size
-
-            def __len__(self):
-                return 64 // self.batch_size
-
-            def __getitem__(self, index):
-                rows = slice(index * self.batch_size, (index + 1) * self.batch_size)
-                return self.file["x"][rows], self.file["y"][rows]
-
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-        RESULT = len(model.fit(Batches("pairs.h5", 16), epochs=2, verbose=0).history["loss"])
-    """),
+    """, [
+        ('self.path, self.batch_size = path, batch_size',
+         'self.file, self.batch_size = h5py.File(path, "r"), batch_size'),
+        ('                with h5py.File(self.path, "r") as f:\n                    return f["x"][rows], f["y"][rows]',
+         '                return self.file["x"][rows], self.file["y"][rows]'),
+    ]),
 }
 
 #: Runs each script given, in its own namespace, and prints {name: RESULT or the error}.
@@ -167,11 +112,19 @@ print("RESULTS " + json.dumps(results))
 """
 
 
-def _run_all(folder: Path, variant: int) -> dict[str, dict]:
+def _source(name: str, fixed: bool) -> str:
+    _, source, edits = CASES[name]
+    for old, new in edits if fixed else []:
+        assert source.count(old) == 1, f"{name}: the fix's {old!r} must occur once"
+        source = source.replace(old, new)
+    return textwrap.dedent(source).lstrip()
+
+
+def _run_all(folder: Path, fixed: bool) -> dict[str, dict]:
     folder.mkdir()
     names = []
-    for name, case in CASES.items():
-        (folder / f"{name}.py").write_text(textwrap.dedent(case[variant]).lstrip(), encoding="utf-8")
+    for name in CASES:
+        (folder / f"{name}.py").write_text(_source(name, fixed), encoding="utf-8")
         names.append(f"{name}.py")
     env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONWARNINGS": "ignore"}
     done = subprocess.run([sys.executable, "-c", RUNNER, *names], check=False, cwd=folder, env=env,
@@ -184,18 +137,17 @@ def _run_all(folder: Path, variant: int) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> tuple[dict, dict]:
     root = tmp_path_factory.mktemp("keras_lint")
-    return _run_all(root / "broken", 1), _run_all(root / "fixed", 2)
+    return _run_all(root / "broken", False), _run_all(root / "fixed", True)
 
 
 def _codes(source: str) -> list[str]:
-    return [v.code for v in lint_source(textwrap.dedent(source).lstrip(), "train.py")]
+    return [v.code for v in lint_source(source, "train.py")]
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_rule_finds_the_mistake_and_nothing_on_the_fix(name):
-    code, broken, fixed = CASES[name]
-    assert _codes(broken) == [code]
-    assert _codes(fixed) == []
+    assert _codes(_source(name, fixed=False)) == [CASES[name][0]]
+    assert _codes(_source(name, fixed=True)) == []
 
 
 def test_the_broken_scripts_really_go_wrong_in_keras(runs):
@@ -220,7 +172,7 @@ def test_the_fixed_scripts_run_in_keras(runs):
 
 
 def test_the_torch_op_message_names_the_keras_ops_fix():
-    [violation] = lint_source(textwrap.dedent(CASES["backend_op_on_keras_tensor"][1]).lstrip(), "train.py")
+    [violation] = lint_source(_source("backend_op_on_keras_tensor", fixed=False), "train.py")
     assert violation.line == 8
     assert "torch.reshape() on Keras symbolic tensor `h`" in violation.message
     assert "must be Tensor, not KerasTensor" in violation.message
