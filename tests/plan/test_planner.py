@@ -11,7 +11,8 @@ from trainmedic.devices import get_device
 from trainmedic.plan import plan_memory
 from trainmedic.plan.allocator import round_size
 from trainmedic.plan.hotspots import formula_of
-from trainmedic.plan.target import CUBLAS_WORKSPACE, sdpa_kernel
+from trainmedic.plan.cuda.attention import sdpa_kernel
+from trainmedic.plan.cuda.blas import CUBLAS_WORKSPACE
 from trainmedic.plan.tracker import Allocation
 
 SIZES = [(256, 512), (512, 512), (512, 10)]

@@ -21,10 +21,12 @@ from trainmedic.devices import Device
 from trainmedic.errors import PlanError
 from trainmedic.plan.allocator import round_size
 from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
-from trainmedic.plan.target import GpuSide, SdpaAsOnTarget, use_foreach
+from trainmedic.plan.cuda.functions import FunctionsAsOnTarget, use_foreach
+from trainmedic.plan.cuda.kernels import CudaKernels
 from trainmedic.plan.tracker import (
     Allocation,
     CudaToCpu,
+    DeepcopyByClone,
     GradFnLabeller,
     StorageTracker,
     is_user_code,
@@ -56,6 +58,9 @@ class Trace:
     #: Set when an op could not run on fake tensors: the trace stops there.
     incomplete: str | None = None
     trainable_bytes: int = 0
+    #: (index of the first event, phase) each time the phase changed: build, then forward,
+    #: backward, optimizer and idle once per step.
+    phase_marks: list[tuple[int, str]] = field(default_factory=list)
     #: Parameter-sized state tensors per parameter (None: an optimizer the table does not know).
     optimizer_slots: int | None = None
     step_counter_bytes: int = 0
@@ -70,13 +75,13 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
     ``(tracker, func, args, outputs, where)``; ``tracker.phase`` says which part of the step
     (``build``, ``forward``, ``backward``, ``optimizer``, ``idle``) is running.
     """
-    gpu = GpuSide(device) if device.is_gpu else None
+    gpu = CudaKernels(device) if device.is_gpu else None
     tracker = StorageTracker(on_op=_both(gpu, observe))
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake, tracker, CudaToCpu(), modules_stay_on_cpu(), _fake_state_restored() as originals:
+    with fake, tracker, CudaToCpu(), DeepcopyByClone(), modules_stay_on_cpu(), _fake_state_restored() as originals:
         parts = call_build(build, batch_size)
         model, inputs, optimizer, loss_fn = unpack_build(parts, build)
-        trace = Trace(batch_size, tracker.events, tracker.allocations)
+        trace = Trace(batch_size, tracker.events, tracker.allocations, phase_marks=tracker.phase_marks)
         _adopt_state(tracker, fake, model, inputs, trace, device.is_gpu, originals)
         optimizer = _make_optimizer(optimizer, model)
         if optimizer is not None and device.is_gpu and use_foreach(optimizer):
@@ -86,7 +91,7 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
             trace.step_counter_bytes = step_counter_bytes(optimizer, device.is_gpu)
         autocast = torch.autocast("cpu", dtype=PRECISIONS[precision]) if PRECISIONS[precision] else contextlib.nullcontext()
         try:
-            on_target = SdpaAsOnTarget(trace.notes) if gpu is not None else contextlib.nullcontext()
+            on_target = FunctionsAsOnTarget(trace.notes) if gpu is not None else contextlib.nullcontext()
             with _module_stack(tracker, model), GradFnLabeller(tracker), on_target, _quiet_hook_warnings():
                 for _ in range(2):
                     _one_step(tracker, trace, model, inputs, optimizer, loss_fn, autocast)

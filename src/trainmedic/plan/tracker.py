@@ -112,6 +112,8 @@ class StorageTracker(TorchDispatchMode):
         super().__init__()
         self.events: list[tuple[str, int]] = []
         self.allocations: dict[int, Allocation] = {}
+        #: (index of the first event, phase) each time the phase changes: the step's timeline.
+        self.phase_marks: list[tuple[int, str]] = []
         self.phase = "build"
         self.stand_ins: list[str] = []
         self.notes: list[str] = []
@@ -121,6 +123,16 @@ class StorageTracker(TorchDispatchMode):
         self._on_op = on_op
         #: (module path, user line) of the modules whose forward is running, innermost last.
         self.module_stack: list[tuple[str, str]] = []
+
+    @property
+    def phase(self) -> str:
+        """The part of the step running: build, forward, backward, optimizer or idle."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self._phase = value
+        self.phase_marks.append((len(self.events), value))
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -137,12 +149,18 @@ class StorageTracker(TorchDispatchMode):
 
     def add_transient(self, nbytes: int, op: str, where: str) -> None:
         """An allocation a GPU kernel makes and frees inside itself (workspaces, accumulators)."""
-        if nbytes <= 0:
-            return
-        sid = self._new_allocation(nbytes, op, where, (nbytes,), "uint8", ())
-        self.allocations[sid].phase = "workspace"
-        self.events.append((FREE, sid))
-        self.allocations[sid].died = len(self.events) - 1
+        self.add_transients([nbytes], op, where)
+
+    def add_transients(self, sizes: list[int], op: str, where: str) -> None:
+        """Allocations a kernel makes in this order and frees in the reverse one when it returns."""
+        sids = []
+        for nbytes in sizes:
+            if nbytes > 0:
+                sids.append(self._new_allocation(nbytes, op, where, (nbytes,), "uint8", ()))
+                self.allocations[sids[-1]].phase = "workspace"
+        for sid in reversed(sids):
+            self.events.append((FREE, sid))
+            self.allocations[sid].died = len(self.events) - 1
 
     def add_persistent(self, nbytes: int, op: str, where: str) -> None:
         """An allocation that lives to the end of the process (the cuBLAS workspace)."""
@@ -308,6 +326,30 @@ class CudaToCpu(TorchFunctionMode):
             args = tuple(_on_cpu(a) for a in args)
             kwargs = {k: _on_cpu(v) for k, v in kwargs.items()}
         return func(*args, **kwargs)
+
+
+class DeepcopyByClone(TorchFunctionMode):
+    """``copy.deepcopy`` of a fake tensor clones it through the dispatcher.
+
+    ``Tensor.__deepcopy__`` copies a fake tensor's storage behind the dispatcher's back, and the
+    copy's views then report storages of their own: ``nn.TransformerEncoder`` deep-copies its
+    layer, so every ``weight.t()`` of ``F.linear`` was planned as a new tensor as large as the
+    weight (a 1.2B GPT over-planned by gigabytes). A clone is what the copy costs on the device.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__deepcopy__:
+            tensor, memo = args
+            if id(tensor) in memo:
+                return memo[id(tensor)]
+            with torch.no_grad():
+                copy = tensor.clone(memory_format=torch.preserve_format)
+            copy.requires_grad_(tensor.requires_grad)
+            if getattr(tensor, "_is_param", False):  # nn.Parameter of a fake tensor is the flagged tensor
+                copy._is_param = True
+            memo[id(tensor)] = copy
+            return copy
+        return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager
