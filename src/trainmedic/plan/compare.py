@@ -96,10 +96,12 @@ def planned_events(trace: Trace) -> tuple[list[Event], list[Event]]:
     """The planner's trace as ``(before the step, the steps)`` events, on the GPU (host-only
     step counters left out). Steps count from the first forward; idle time joins the optimizer."""
     before, steps = [], []
+    # What the trace frees after its last step is the trace ending, not a step of training.
+    last_idle = max((i for i, phase in trace.phase_marks if phase == "idle"), default=len(trace.events))
     marks = iter(trace.phase_marks + [(len(trace.events) + 1, "")])
     next_index, next_phase = next(marks)
     step, phase = 0, "build"
-    for index, (kind, sid) in enumerate(trace.events):
+    for index, (kind, sid) in enumerate(trace.events[:last_idle]):
         while index >= next_index:
             if next_phase == "forward":
                 step += 1

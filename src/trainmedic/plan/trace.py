@@ -21,8 +21,11 @@ from trainmedic.devices import Device
 from trainmedic.errors import PlanError
 from trainmedic.plan.allocator import round_size
 from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
+from trainmedic.plan.cuda.autocast import CudaAutocast
+from trainmedic.plan.cuda.conv import ConvPass, conv_notes
 from trainmedic.plan.cuda.functions import FunctionsAsOnTarget, use_foreach
 from trainmedic.plan.cuda.kernels import CudaKernels
+from trainmedic.plan.cuda.rnn import flatten_weights
 from trainmedic.plan.tracker import (
     Allocation,
     CudaToCpu,
@@ -58,6 +61,8 @@ class Trace:
     #: Set when an op could not run on fake tensors: the trace stops there.
     incomplete: str | None = None
     trainable_bytes: int = 0
+    #: Each convolution pass on a GPU target, with the sid of its planned workspace (None: none).
+    conv_passes: list[tuple[int | None, ConvPass]] = field(default_factory=list)
     #: (index of the first event, phase) each time the phase changed: build, then forward,
     #: backward, optimizer and idle once per step.
     phase_marks: list[tuple[int, str]] = field(default_factory=list)
@@ -89,10 +94,19 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
         if optimizer is not None:
             trace.optimizer_slots = state_slots(optimizer)
             trace.step_counter_bytes = step_counter_bytes(optimizer, device.is_gpu)
-        autocast = torch.autocast("cpu", dtype=PRECISIONS[precision]) if PRECISIONS[precision] else contextlib.nullcontext()
+        dtype = PRECISIONS[precision]
+        # On a GPU target the casts are CUDA autocast's, which differ from the CPU's (plan.cuda.autocast).
+        cuda_autocast = CudaAutocast() if gpu is not None and dtype is not None else None
+
+        def autocast():
+            if cuda_autocast is not None:
+                return cuda_autocast.region(dtype)
+            return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
         try:
-            on_target = FunctionsAsOnTarget(trace.notes) if gpu is not None else contextlib.nullcontext()
-            with _module_stack(tracker, model), GradFnLabeller(tracker), on_target, _quiet_hook_warnings():
+            on_target = FunctionsAsOnTarget(device, trace.notes) if gpu is not None else contextlib.nullcontext()
+            with _module_stack(tracker, model), GradFnLabeller(tracker), on_target, _quiet_hook_warnings(), \
+                    cuda_autocast or contextlib.nullcontext():
                 for _ in range(2):
                     _one_step(tracker, trace, model, inputs, optimizer, loss_fn, autocast)
         except PlanError:
@@ -106,6 +120,8 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
         trace.warnings.append(f".item() at {where} has no value under planning; a stand-in value let the step go on")
     if gpu is not None:
         trace.notes.extend(gpu.sdpa_calls)
+        trace.conv_passes = gpu.conv_passes
+        trace.notes.extend(conv_notes(device, gpu.conv_sources))
     return trace
 
 
@@ -191,9 +207,15 @@ def _adopt_state(tracker: StorageTracker, fake: FakeTensorMode, model: torch.nn.
             stand_ins[id(tensor)] = stand_in
         originals.append((module, kind, name, tensor))
         getattr(module, kind)[name] = stand_in
+    if cuda:
+        flatten_weights(model)
+    counted: set[int | None] = set()
     for p in model.parameters():
         sid = tracker.adopt(p, "parameter")
         trace.parameters.add(sid)
+        if sid in counted:  # one storage under several parameters (an RNN's flat weights)
+            continue
+        counted.add(sid)
         # What the device holds per tensor: a whole allocator block on a GPU.
         nbytes = round_size(p.untyped_storage().nbytes()) if cuda else p.untyped_storage().nbytes()
         if p.requires_grad:
@@ -302,7 +324,7 @@ def _make_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optim
 
 def _one_step(tracker: StorageTracker, trace: Trace, model, inputs, optimizer, loss_fn, autocast) -> None:
     tracker.phase = "forward"
-    with autocast:
+    with autocast():
         out = forward(model, inputs)
         loss = loss_of(out, loss_fn)
     for a in trace.allocations.values():

@@ -151,8 +151,13 @@ class StorageTracker(TorchDispatchMode):
         """An allocation a GPU kernel makes and frees inside itself (workspaces, accumulators)."""
         self.add_transients([nbytes], op, where)
 
-    def add_transients(self, sizes: list[int], op: str, where: str) -> None:
-        """Allocations a kernel makes in this order and frees in the reverse one when it returns."""
+    def add_transients(self, sizes: list[int], op: str, where: str, after: int | None = None) -> list[int]:
+        """Allocations a kernel makes in this order and frees in the reverse one when it returns.
+
+        ``after``: the sid of one of the op's own outputs, allocated by the kernel before these
+        (a convolution's backward allocates the input gradient, runs its workspace, then the
+        weight gradient); by default they follow everything the op allocated.
+        """
         sids = []
         for nbytes in sizes:
             if nbytes > 0:
@@ -161,6 +166,44 @@ class StorageTracker(TorchDispatchMode):
         for sid in reversed(sids):
             self.events.append((FREE, sid))
             self.allocations[sid].died = len(self.events) - 1
+        if after is not None and sids:
+            self._move_after(after, 2 * len(sids))
+        return sids
+
+    def add_kernel_buffers(self, script: list, op: str, where: str) -> None:
+        """Buffers a kernel takes and gives back in a given order: ``script`` holds sizes to
+        allocate and ``("free", i)`` for the i-th of them; the rest are freed at the end, newest first."""
+        sids: list[int | None] = []
+        open_ = []
+        for step in script:
+            if isinstance(step, tuple):
+                sid = sids[step[1]]
+                if sid is not None:
+                    self.events.append((FREE, sid))
+                    self.allocations[sid].died = len(self.events) - 1
+                    open_.remove(sid)
+                continue
+            sid = self._new_allocation(step, op, where, (step,), "uint8", ()) if step > 0 else None
+            sids.append(sid)
+            if sid is not None:
+                self.allocations[sid].phase = "workspace"
+                open_.append(sid)
+        for sid in reversed(open_):
+            self.events.append((FREE, sid))
+            self.allocations[sid].died = len(self.events) - 1
+
+    def _move_after(self, sid: int, count: int) -> None:
+        """Move the last ``count`` events to just after ``sid``'s allocation, which is among the
+        current op's outputs: only those outputs' allocations (alive, no index kept) move down."""
+        start = len(self.events) - count
+        birth = next(i for i in range(start - 1, -1, -1) if self.events[i] == (ALLOC, sid))
+        moved = self.events[start:]
+        del self.events[start:]
+        self.events[birth + 1:birth + 1] = moved
+        for index in range(birth + 1, len(self.events)):
+            kind, other = self.events[index]
+            if kind == FREE:
+                self.allocations[other].died = index
 
     def add_persistent(self, nbytes: int, op: str, where: str) -> None:
         """An allocation that lives to the end of the process (the cuBLAS workspace)."""

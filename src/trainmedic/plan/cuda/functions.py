@@ -10,6 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from trainmedic.devices import Device
+from trainmedic.plan.cuda import attention, rnn
+
 
 def use_foreach(optimizer: torch.optim.Optimizer) -> bool:
     """Switch an optimizer left on its default to ``foreach``, as it would run on CUDA."""
@@ -43,10 +46,12 @@ class FunctionsAsOnTarget(TorchFunctionMode):
     also replaced in ``torch.nn.functional`` itself while tracing, which its bodies look up.
     """
 
-    def __init__(self, notes: list[str]) -> None:
+    def __init__(self, device: Device, notes: list[str]) -> None:
         super().__init__()
+        self._device = device
         self._notes = notes
         self._by_original = {original: getattr(self, name) for name, original in _ORIGINALS.items()}
+        self._by_original[torch.lstm] = self.lstm
         self._by_original[torch.dropout] = lambda input, p, train: self.dropout(input, p, train)
         self._by_original[torch.dropout_] = lambda input, p, train: self.dropout(input, p, train, inplace=True)
 
@@ -67,17 +72,49 @@ class FunctionsAsOnTarget(TorchFunctionMode):
     def dropout(self, input, p=0.5, training=True, inplace=False):
         if not training or not 0.0 < p < 1.0 or input.numel() == 0:
             return _ORIGINALS["dropout"](input, p, training, inplace)
-        output = torch.native_dropout(input, float(p), True)[0]
+        output = _FusedDropout.apply(input, float(p))
         return input.copy_(output) if inplace else output
+
+    def lstm(self, *args):
+        # _VF.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+        # the packed-sequence form (input, batch_sizes, hx, ...) stays on the traced CPU path.
+        if len(args) != 9 or not isinstance(args[1], (tuple, list)):
+            return torch.lstm(*args)
+        if rnn.NOTE not in self._notes:
+            self._notes.append(rnn.NOTE)
+        return rnn.cudnn_lstm(*args)
 
     def linear(self, input, weight, bias=None):
         if bias is not None and input.dim() > 2 and not input.is_contiguous():
             return torch.matmul(input, weight.t()).add_(bias)
         return _ORIGINALS["linear"](input, weight, bias)
 
-    def scaled_dot_product_attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs):
-        if dropout_p:
-            dropout_p = 0.0
-            if _DROPOUT_NOTE not in self._notes:
-                self._notes.append(_DROPOUT_NOTE)
-        return _ORIGINALS["scaled_dot_product_attention"](query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs)
+    def scaled_dot_product_attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                     enable_gqa=False):
+        kernel = attention.sdpa_kernel(self._device, query.dtype, int(query.shape[-1]), attn_mask is not None, query.dim())
+        fused = kernel != attention.MATH
+        if dropout_p and fused and _DROPOUT_NOTE not in self._notes:
+            self._notes.append(_DROPOUT_NOTE)
+        if not fused or enable_gqa:
+            # The CPU's own kernel stands in; a fused kernel draws dropout from a seed, keeping no mask.
+            return _ORIGINALS["scaled_dot_product_attention"](query, key, value, attn_mask, 0.0 if fused else dropout_p,
+                                                              is_causal, scale=scale, enable_gqa=enable_gqa)
+        return attention.attention(kernel, query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+class _FusedDropout(torch.autograd.Function):
+    """CUDA's ``native_dropout``: a one-byte mask, then the output, both shaped like the input;
+    backward scales the gradient by the saved mask (``native_dropout_backward``)."""
+
+    @staticmethod
+    def forward(ctx, input, p):
+        mask = torch.empty_like(input, dtype=torch.bool)
+        output = torch.empty_like(input)
+        ctx.save_for_backward(mask)
+        ctx.scale = 1.0 / (1.0 - p)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return torch.ops.aten.native_dropout_backward(grad, mask, ctx.scale), None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trainmedic.devices import Device
-from trainmedic.plan.cuda import attention, blas, reduce
+from trainmedic.plan.cuda import attention, blas, conv, reduce
 from trainmedic.plan.tracker import StorageTracker
 
 _CONVS = {"convolution", "convolution_backward"}
@@ -35,6 +35,10 @@ class CudaKernels:
 
     device: Device
     sdpa_calls: list[str] = field(default_factory=list)
+    #: Each convolution pass planned, with the sid of its workspace (None: it took none).
+    conv_passes: list[tuple[int | None, conv.ConvPass]] = field(default_factory=list)
+    #: How many convolution workspaces were "measured", "scaled" or "estimated".
+    conv_sources: dict[str, int] = field(default_factory=dict)
     _workspaces: set[tuple[str, str]] = field(default_factory=set)
 
     def __call__(self, tracker: StorageTracker, func, args, out, where: str) -> None:
@@ -43,19 +47,58 @@ class CudaKernels:
             self._gemm(tracker, name, args, where)
         elif name in _REDUCTIONS:
             self._reduction(tracker, func, name, args, where)
+        elif name == "_softmax_backward_data":
+            # SoftMax.cu's backward computes ``grad * output`` into a temporary before its kernel.
+            tracker.add_transient(args[0].untyped_storage().nbytes(), "softmax backward grad*output", where)
         elif name in _CONVS:
-            tensors = [t for t in (*args, *(out if isinstance(out, (tuple, list)) else (out,))) if isinstance(t, torch.Tensor)]
-            tracker.add_transient(max((t.untyped_storage().nbytes() for t in tensors), default=0), "cudnn workspace (estimate)", where)
-        elif name == attention.CPU_FORWARD:
-            query = args[0]
-            kernel = attention.sdpa_kernel(self.device, query.dtype, int(query.shape[-1]))
+            self._convolution(tracker, name, args, out, where)
+        elif name == "logsumexp":
+            self._logsumexp(tracker, func, args, where)
+        elif name == "embedding_dense_backward":
+            tracker.add_transients(_embedding_backward_buffers(args[1].numel(), int(args[0].shape[-1])),
+                                   "embedding backward sort and segment buffers", where)
+        elif name in attention.FORWARD_OPS:
+            kernel = attention.FORWARD_OPS[name]
+            tracker.add_transients(attention.forward_workspace(kernel), f"{kernel} attention workspace", where)
             note = f"{where or 'scaled_dot_product_attention'}: {kernel} kernel on {self.device.key}"
             if note not in self.sdpa_calls:
                 self.sdpa_calls.append(note)
-        elif name == attention.CPU_BACKWARD:
-            query = args[1]  # (grad_out, query, key, value, out, logsumexp, ...)
-            if attention.sdpa_kernel(self.device, query.dtype, int(query.shape[-1])) == "flash":
-                tracker.add_transient(attention.flash_dq_accumulator(query), "flash-attention dq accumulator", where)
+        elif name in attention.BACKWARD_OPS:
+            kernel = attention.BACKWARD_OPS[name]
+            grad_out, query = args[0], args[1]  # (grad_out, query, key, value, ...)
+            tracker.add_kernel_buffers(attention.backward_buffers(kernel, grad_out, query), f"{kernel} attention backward buffers", where)
+
+    def _convolution(self, tracker: StorageTracker, name: str, args: tuple, out, where: str) -> None:
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        for conv_pass, estimate in conv.passes_of(name, args, out):
+            nbytes, how = conv.workspace(self.device.key, conv_pass, estimate)
+            self.conv_sources[how] = self.conv_sources.get(how, 0) + 1
+            # Backward allocates the input gradient, runs the data pass, allocates the weight
+            # gradient, runs the filter pass, then reduces the bias gradient.
+            produced = {conv.BACKWARD_DATA: 0, conv.BACKWARD_FILTER: 1}.get(conv_pass.kind)
+            after = tracker.sid_of(outputs[produced]) if produced is not None and outputs[produced] is not None else None
+            if nbytes == 0:
+                self.conv_passes.append((None, conv_pass))
+            for sid in tracker.add_transients([nbytes], f"cudnn {conv_pass.kind} workspace ({how})", where, after=after):
+                self.conv_passes.append((sid, conv_pass))
+        if name == "convolution_backward" and len(outputs) > 2 and outputs[2] is not None:
+            # The bias gradient is a reduction of grad_output over every dimension but channels.
+            grad_output = args[0]
+            dims = [d for d in range(grad_output.dim()) if d != 1]
+            self._reduce(tracker, reduce.reduction_of(grad_output, dims, 8 if grad_output.dtype == torch.float64 else 4), where)
+
+    def _logsumexp(self, tracker: StorageTracker, func, args: tuple, where: str) -> None:
+        # ReduceOps.cpp: maxes = amax(self, dims, keepdim=True), then sum((self - maxes).exp_())
+        # into the result: an input-sized temporary the CPU's fake kernel never shows.
+        input = args[0]
+        dims = _reduced_dims(func, args)
+        reduced = [d % input.dim() for d in dims] if dims else list(range(input.dim()))
+        maxes = input.element_size() * max(1, input.numel() // max(1, _prod(input.shape[d] for d in reduced)))
+        self._reduce(tracker, reduce.reduction_of(input, dims, input.element_size()), where)  # amax
+        staging = reduce.buffers(reduce.reduction_of(input, dims, 4 if input.dtype != torch.float64 else 8),
+                                 self.device.sm_count, self.device.threads_per_sm)
+        tracker.add_transients([maxes, input.numel() * input.element_size(), *(b for b in staging if b)],
+                               "logsumexp max, shifted copy and sum", where)
 
     def _gemm(self, tracker: StorageTracker, name: str, args: tuple, where: str) -> None:
         # cuBLAS handles are per thread, and each handle gets its own workspaces: backward runs
@@ -78,10 +121,28 @@ class CudaKernels:
             acc = input.element_size()
         elif input.dtype == torch.float64:
             acc *= 2
-        dims = _reduced_dims(func, args)
-        staging, semaphores = reduce.buffers(reduce.reduction_of(input, dims, acc, vt0), self.device.sm_count, self.device.threads_per_sm)
+        self._reduce(tracker, reduce.reduction_of(input, _reduced_dims(func, args), acc, vt0), where)
+
+    def _reduce(self, tracker: StorageTracker, reduction: reduce.Reduction, where: str) -> None:
+        staging, semaphores = reduce.buffers(reduction, self.device.sm_count, self.device.threads_per_sm)
         if staging:
             tracker.add_transients([staging, semaphores], "reduction staging buffer", where)
+
+
+def _embedding_backward_buffers(indices: int, dim: int) -> list[int]:
+    """EmbeddingBackwardKernel.cu: sorted and original indices, segment offsets, partials per
+    segment and their offsets (int64 per index), partial-segment offsets and the fp32
+    per-partial-segment gradient, for up to indices / NROWS_PER_THREAD (10) + indices partial
+    segments (seen on an H200: 9,227,264 B for 16,384 indices of width 128)."""
+    partials = indices // 10 + indices
+    return [8 * indices] * 5 + [8 * partials, 4 * partials * dim]
+
+
+def _prod(values) -> int:
+    result = 1
+    for v in values:
+        result *= int(v)
+    return result
 
 
 def _reduced_dims(func, args: tuple) -> list[int] | None:
