@@ -31,7 +31,7 @@ def build(batch_size):
 """
 
 CONTRACT = ["schema", "device", "capacity_bytes", "batch_size", "precision", "peak_bytes", "breakdown", "fits", "max_batch", "hotspots"]
-EXTRAS = {"reserved_bytes", "needed_bytes", "headroom", "exact", "notes", "warnings"}
+EXTRAS = {"reserved_bytes", "needed_bytes", "headroom", "exact", "notes", "warnings", "confidence", "margin", "required_bytes"}
 
 
 # --- the renderer, at a fixed width, as exact text -------------------------------------------

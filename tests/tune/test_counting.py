@@ -101,7 +101,8 @@ def test_mlp_intensity_grows_with_batch_while_thin_conv3d_stays_flat():
 def test_bf16_moves_fewer_bytes_than_fp32_for_the_same_flops():
     fp32, bf16 = count_step(thin_conv3d, 4, "fp32"), count_step(thin_conv3d, 4, "bf16")
     assert bf16.flops == fp32.flops
-    assert bf16.bytes < 0.7 * fp32.bytes
+    # Not half: the default loss upcasts the bf16 output to fp32 first, as a loss is computed.
+    assert bf16.bytes < 0.75 * fp32.bytes
     assert bf16.precision == "bf16"
 
 

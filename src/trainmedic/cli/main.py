@@ -96,7 +96,7 @@ def plan(
     batch: Optional[int] = typer.Option(None, "--batch", "-b", metavar="N", help="Batch size to plan (with --max-batch: plan this one too)."),
     precision: str = typer.Option("fp32", "--precision", metavar="fp32|tf32|bf16|fp16", help="Training precision; bf16/fp16 mean autocast."),
     max_batch: bool = typer.Option(False, "--max-batch", help="Also find the largest batch that fits (the plan is made at it unless --batch is given)."),
-    headroom: float = typer.Option(0.0, "--headroom", metavar="F", help="Share of the memory to keep free, e.g. 0.1."),
+    headroom: float = typer.Option(0.1, "--headroom", metavar="F", help="Share of the memory to keep free (default 0.1, as tune)."),
     json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the plan as JSON (trainmedic.plan/1)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the plan (the JSON is still written)."),
     list_devices: bool = typer.Option(False, "--list-devices", help="List the GPUs --device knows and exit."),

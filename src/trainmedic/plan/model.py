@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainmedic._document import JsonDocument
+from trainmedic.plan.confidence import Confidence
 
 SCHEMA = "trainmedic.plan/1"
 
@@ -73,6 +74,14 @@ class Plan(JsonDocument):
     exact: bool = True
     #: Peak bytes the fitted memory model gives per extra sample, when --max-batch solved for it.
     bytes_per_sample: float | None = None
+    #: Reserved bytes without the workspaces cuDNN gives up under memory pressure (its fastest
+    #: convolution engines' buffers: with less room it picks engines that need less); None: none.
+    floor_reserved_bytes: int | None = None
+    #: How sure the plan is (plan.confidence), and the share of the need --max-batch kept for it.
+    confidence: Confidence | None = None
+    margin: float = 0.0
+    #: The plan held against a recording of the same step on a card (``--verify``).
+    verification: dict[str, Any] | None = None
 
     @property
     def usable_bytes(self) -> int:
@@ -85,8 +94,19 @@ class Plan(JsonDocument):
         return self.reserved_bytes + self.breakdown.cuda_context
 
     @property
+    def needed_floor_bytes(self) -> int:
+        """What the card must hold at the least: cuDNN falls back to smaller workspaces before an OOM."""
+        floor = self.reserved_bytes if self.floor_reserved_bytes is None else self.floor_reserved_bytes
+        return floor + self.breakdown.cuda_context
+
+    @property
+    def required_bytes(self) -> int:
+        """The floor with the margin kept for the plan's own error: what ``fits`` holds to the card."""
+        return int(self.needed_floor_bytes * (1.0 + self.margin))
+
+    @property
     def fits(self) -> bool:
-        return self.needed_bytes <= self.usable_bytes
+        return self.required_bytes <= self.usable_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,5 +126,9 @@ class Plan(JsonDocument):
             "exact": self.exact,
             "notes": list(self.notes),
             "warnings": list(self.warnings),
+            **({"needed_floor_bytes": int(self.needed_floor_bytes)} if self.floor_reserved_bytes is not None else {}),
+            **({"confidence": self.confidence.to_dict(), "margin": self.margin, "required_bytes": int(self.required_bytes)}
+               if self.confidence is not None else {}),
+            **({"verification": self.verification} if self.verification is not None else {}),
         }
 

@@ -8,11 +8,17 @@ from typing import Any, Callable
 from trainmedic.devices import Device, get_device
 from trainmedic.errors import PlanError
 from trainmedic.plan.allocator import replay
+from trainmedic.plan.confidence import confidence_of
 from trainmedic.plan.hotspots import find_hotspots
 from trainmedic.plan.model import Breakdown, Plan
 from trainmedic.plan.optimizer_state import analytic_state_bytes
 from trainmedic.plan.trace import PRECISIONS, Trace, trace_step
 from trainmedic.units import format_bytes, parse_bytes
+
+
+#: The share of the card a plan keeps free by default, as tune does: other processes, the
+#: allocator's fragmentation under pressure and a driver's own use take some of it.
+DEFAULT_HEADROOM = 0.1
 
 
 def plan_memory(
@@ -22,7 +28,7 @@ def plan_memory(
     device: str | Device | None = None,
     capacity: int | str | None = None,
     precision: str = "fp32",
-    headroom: float = 0.0,
+    headroom: float = DEFAULT_HEADROOM,
     max_batch: bool = False,
 ) -> Plan:
     """Plan the peak memory of one training step of ``build(batch_size)`` on ``device``.
@@ -50,6 +56,11 @@ def plan_memory(
     plan = _plan(build, batch_size, target, capacity_bytes, precision, headroom, max_batch)
     if warning:
         plan.warnings.append(warning)
+    if max_batch and headroom == 0 and target.is_gpu:
+        plan.warnings.append(
+            "no headroom kept (--headroom 0): the largest batch leaves nothing for other processes, the driver or the "
+            "allocator's fragmentation under pressure; it may not fit. --headroom 0.1 keeps 10 % free"
+        )
     return plan
 
 
@@ -64,6 +75,8 @@ def _plan(build, batch_size, target: Device, capacity_bytes: int, precision: str
     plan = solution.plans.get(at) or plan_from_trace(trace_step(build, at, target, precision), target, capacity_bytes, precision, headroom)
     plan = dataclasses.replace(plan, max_batch=solution.max_batch, bytes_per_sample=solution.bytes_per_sample)
     plan.notes = plan.notes + solution.notes
+    if plan.margin and solution.max_batch:
+        plan.notes.append(f"max batch keeps {plan.margin:.0%} of the need in reserve for the plan's own error ({plan.confidence.level})")
     return plan
 
 
@@ -72,6 +85,9 @@ def plan_from_trace(trace: Trace, device: Device, capacity_bytes: int, precision
     if device.is_gpu and trace.host_only:
         events = [e for e in events if e[1] not in trace.host_only]
     result = replay(events, trace.allocations, cuda=device.is_gpu)
+    # cuDNN's convolution workspaces shrink when memory is short; without them is the floor.
+    elastic = {sid for sid, _ in trace.conv_passes if sid is not None}
+    without = replay([e for e in events if e[1] not in elastic], trace.allocations, cuda=True) if elastic else None
     sums = dict.fromkeys(("parameters", "gradients", "optimizer_state", "activations", "temporaries"), 0)
     for sid, nbytes in result.live_at_peak.items():
         sums[_category(sid, trace)] += nbytes
@@ -91,6 +107,7 @@ def plan_from_trace(trace: Trace, device: Device, capacity_bytes: int, precision
     breakdown = Breakdown(**sums, cuda_context=device.cuda_context_bytes if device.is_gpu else 0)
     exclude = trace.parameters | trace.gradients | trace.optimizer_state
     hotspots = find_hotspots(result.live_at_peak, trace.allocations, exclude, trace.batch_size, peak)
+    confidence = confidence_of(device.key, device.is_gpu, trace.estimates, trace.incomplete)
     return Plan(
         device=device.key,
         capacity_bytes=capacity_bytes,
@@ -104,6 +121,9 @@ def plan_from_trace(trace: Trace, device: Device, capacity_bytes: int, precision
         notes=notes,
         warnings=warnings,
         exact=trace.incomplete is None,
+        floor_reserved_bytes=without.peak_reserved if without is not None else None,
+        confidence=confidence,
+        margin=confidence.margin,
     )
 
 

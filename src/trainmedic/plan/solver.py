@@ -47,9 +47,11 @@ def solve_max_batch(build: Callable[[int], Any], device: Device, capacity_bytes:
     limit = int(capacity_bytes * (1.0 - headroom))
 
     def need(batch: int) -> int:
+        # What must fit: the floor (cuDNN gives up its largest workspaces before an OOM) plus a
+        # margin for the plan's own error, as far as the recorded cases bound it.
         if batch not in solution.plans:
             solution.plans[batch] = plan_from_trace(trace_step(build, batch, device, precision), device, capacity_bytes, precision, headroom)
-        return solution.plans[batch].needed_bytes
+        return solution.plans[batch].required_bytes
 
     if need(FIRST[0]) > limit:
         solution.max_batch = 0

@@ -22,7 +22,7 @@ from trainmedic.errors import PlanError
 from trainmedic.plan.allocator import round_size
 from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
 from trainmedic.plan.cuda.autocast import CudaAutocast
-from trainmedic.plan.cuda.conv import ConvPass, conv_notes
+from trainmedic.plan.cuda.conv import ConvPass, conv_estimates, conv_notes
 from trainmedic.plan.cuda.functions import FunctionsAsOnTarget, use_foreach
 from trainmedic.plan.cuda.kernels import CudaKernels
 from trainmedic.plan.cuda.rnn import flatten_weights
@@ -63,6 +63,8 @@ class Trace:
     trainable_bytes: int = 0
     #: Each convolution pass on a GPU target, with the sid of its planned workspace (None: none).
     conv_passes: list[tuple[int | None, ConvPass]] = field(default_factory=list)
+    #: Parts of the plan that are estimates, not measurements (plan.confidence reads them).
+    estimates: list[str] = field(default_factory=list)
     #: (index of the first event, phase) each time the phase changed: build, then forward,
     #: backward, optimizer and idle once per step.
     phase_marks: list[tuple[int, str]] = field(default_factory=list)
@@ -122,6 +124,8 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
         trace.notes.extend(gpu.sdpa_calls)
         trace.conv_passes = gpu.conv_passes
         trace.notes.extend(conv_notes(device, gpu.conv_sources))
+        trace.estimates.extend(conv_estimates(gpu.conv_sources))
+        trace.estimates.extend(on_target.estimates)
     return trace
 
 
@@ -368,7 +372,8 @@ def loss_of(out: Any, loss_fn: Callable | None) -> torch.Tensor:
     if loss_fn is not None:
         loss = loss_fn(out)
     elif isinstance(out, torch.Tensor):
-        loss = out.mean()
+        # In fp32, as a loss is computed under autocast: a bf16 output is upcast first.
+        loss = out.float().mean() if out.is_floating_point() else out.mean()
     elif getattr(out, "loss", None) is not None:
         loss = out.loss
     else:

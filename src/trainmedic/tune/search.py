@@ -285,7 +285,7 @@ class _Search:
         plan = plan_memory(self.build, device=self._plan_device(), capacity=self._free_bytes(),
                            precision=precision, headroom=self.headroom, max_batch=True)
         if plan.max_batch == 0:
-            self.result.warnings.append(f"{precision}: the plan says even batch 1 does not fit ({format_bytes(plan.needed_bytes)} needed)")
+            self.result.warnings.append(f"{precision}: the plan says even batch 1 does not fit ({format_bytes(plan.required_bytes)} needed)")
         return plan.max_batch
 
     def _does_not_fit(self, batch: int, precision: str) -> str:
@@ -295,7 +295,7 @@ class _Search:
         usable = int(self._free_bytes() * (1 - self.headroom))
         try:  # one more trace, on fake tensors, for the number the user will ask for
             needed = plan_memory(self.build, batch, device=self._plan_device(), capacity=self._free_bytes(),
-                                 precision=precision, headroom=self.headroom).needed_bytes
+                                 precision=precision, headroom=self.headroom).required_bytes
             need = f"needs {format_bytes(needed)}"
         except TrainmedicError:
             need = "does not fit"

@@ -93,6 +93,16 @@ def measured(device_key: str) -> dict[str, dict[int, int]]:
     return found
 
 
+def conv_estimates(sources: dict[str, int]) -> list[str]:
+    """The convolution workspaces that are estimates, as plan.confidence lists its reasons."""
+    found = []
+    if sources.get("estimated"):
+        found.append(f"cuDNN workspaces of {sources['estimated']} convolution passes estimated, none recorded on this card")
+    if sources.get("scaled"):
+        found.append(f"cuDNN workspaces of {sources['scaled']} convolution passes scaled from another batch size")
+    return found
+
+
 def conv_notes(device, sources: dict[str, int]) -> list[str]:
     """What the plan says of its convolution workspaces: how many passes were measured on this card."""
     total = sum(sources.values())

@@ -50,6 +50,8 @@ class FunctionsAsOnTarget(TorchFunctionMode):
         super().__init__()
         self._device = device
         self._notes = notes
+        #: Parts of the trace that are estimates on this device (plan.confidence reads them).
+        self.estimates: list[str] = []
         self._by_original = {original: getattr(self, name) for name, original in _ORIGINALS.items()}
         self._by_original[torch.lstm] = self.lstm
         self._by_original[torch.dropout] = lambda input, p, train: self.dropout(input, p, train)
@@ -82,6 +84,8 @@ class FunctionsAsOnTarget(TorchFunctionMode):
             return torch.lstm(*args)
         if rnn.NOTE not in self._notes:
             self._notes.append(rnn.NOTE)
+            if self._device.key != rnn.MEASURED_ON:
+                self.estimates.append(f"cuDNN's LSTM reserve and workspace at the rates measured on {rnn.MEASURED_ON}, not {self._device.key}")
         return rnn.cudnn_lstm(*args)
 
     def linear(self, input, weight, bias=None):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+MEASURED_ON = "h200"
 RESERVE_BYTES_PER_UNIT = 22  # per time step x sample x hidden unit x layer x direction, fp32
 RESERVE_EXTRA = 256
 WORKSPACE_BYTES_PER_UNIT = 33  # per time step x sample x hidden unit x direction, fp32

@@ -1,0 +1,204 @@
+"""``trainmedic plan --verify``: run the planned step for real on this machine's GPU and hold the
+plan against what the caching allocator recorded.
+
+The real steps run in a child process (``python -m trainmedic.plan.verify``), so the card's
+allocator starts empty as in a training script, an out-of-memory error cannot take the command
+with it, and nothing of the planner's fake tensors is near it. The child runs the very step the
+planner traces (``plan.trace``'s forward, loss, backward, optimizer step and ``zero_grad``,
+twice, under CUDA autocast for bf16/fp16) with ``torch.cuda.memory._record_memory_history`` on,
+and writes a ``gpu-alloc-trace/1`` file; ``verify_against`` compares it with the plan's trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainmedic.errors import PlanError
+from trainmedic.plan.compare import Comparison, compare, planned_events
+from trainmedic.plan.recorded import RecordedStep, load_recorded
+from trainmedic.plan.trace import Trace
+from trainmedic.units import format_bytes
+
+#: How far the build's parameters and inputs may differ from a recording's before it is taken
+#: for another build: a block or two of rounding, never a layer.
+BEFORE_TOLERANCE = 0.01
+
+
+@dataclass
+class Verification:
+    """A plan held against a recording of the same build on a card."""
+
+    comparison: Comparison
+    recorded: RecordedStep
+    source: str  # the trace file, or "this machine's GPU"
+
+    @property
+    def device(self) -> str:
+        return str(self.recorded.result.get("device", "the card"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "device": self.device, "torch": self.recorded.result.get("torch"),
+                "oom": self.recorded.out_of_memory, **self.comparison.to_dict()}
+
+
+def gpu_problem() -> str | None:
+    """Why ``--verify`` cannot run here, or None when a CUDA GPU is present."""
+    try:
+        import torch
+    except ImportError:
+        return "--verify runs the step on a GPU, and torch is not installed here"
+    if not torch.cuda.is_available():
+        return ("--verify runs the step on a CUDA GPU and this machine has none (torch.cuda.is_available() is False); "
+                "run it on the card, or compare with a recorded trace: --verify-trace TRACE.json.gz")
+    return None
+
+
+def record_on_gpu(spec: str, batch_size: int, precision: str, record: Path | None = None, timeout_s: float = 600.0) -> RecordedStep:
+    """Run two real steps of ``spec`` in a child process on this machine's GPU; the recording."""
+    problem = gpu_problem()
+    if problem:
+        raise PlanError(problem)
+    with tempfile.TemporaryDirectory(prefix="trainmedic-verify-") as folder:
+        path = record or Path(folder) / "trace.json.gz"
+        command = [sys.executable, "-m", "trainmedic.plan.verify", spec, str(batch_size), precision, str(path)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=_child_env())
+        except subprocess.TimeoutExpired as exc:
+            raise PlanError(f"the real step of {spec} did not finish in {timeout_s:.0f} s on the GPU") from exc
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise PlanError(f"the real step of {spec} at batch {batch_size} failed on the GPU: {last}")
+        return load_recorded(path)
+
+
+def verify_against(trace: Trace, recorded: RecordedStep, source: str, spec: str | None = None) -> Verification:
+    """Compare the plan's trace with a recording, after checking that it records this build."""
+    check_same_build(trace, recorded, source, spec)
+    return Verification(compare(trace, recorded), recorded, source)
+
+
+def check_same_build(trace: Trace, recorded: RecordedStep, source: str, spec: str | None = None) -> None:
+    """A recording of another batch, precision or model is refused with what it does record."""
+    result = recorded.result
+    what = f"{result.get('spec', 'a build')} at batch {result.get('batch', '?')}, {result.get('precision', 'fp32')}"
+    fix = f"record this one on the card with `trainmedic plan {spec or 'SPEC'} --batch {trace.batch_size} --verify --record TRACE`"
+    if result.get("batch") is not None and int(result["batch"]) != trace.batch_size:
+        raise PlanError(f"{source} records {what}, not batch {trace.batch_size}: {fix}")
+    before, _ = planned_events(trace)
+    planned_before = _allocated(before)
+    measured = recorded.before_step_bytes
+    if measured and abs(planned_before - measured) > BEFORE_TOLERANCE * max(planned_before, measured):
+        raise PlanError(
+            f"{source} records {what}, whose parameters and inputs took {format_bytes(measured)} on the card; this build's "
+            f"take {format_bytes(planned_before)}: it is a recording of another model. {fix}"
+        )
+
+
+def _allocated(events) -> int:
+    from trainmedic.plan.compare import _apply
+    from trainmedic.plan.allocator import CachingAllocatorModel
+
+    model, blocks = CachingAllocatorModel(), {}
+    for event in events:
+        _apply(model, blocks, event)
+    return model.allocated
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The child imports trainmedic as this process did, installed or from a checkout.
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+# -- the child: two real steps on the GPU ---------------------------------------------------------
+
+
+def _run_child(spec: str, batch_size: int, precision: str, out: Path) -> int:
+    import torch
+
+    from trainmedic.plan.recorded import from_snapshot
+    from trainmedic.plan.spec import load_build
+    from trainmedic.plan.trace import PRECISIONS, call_build, forward, loss_of, tensors_of, unpack_build
+
+    device = torch.device("cuda")
+    torch.cuda.init()
+    build = load_build(spec)
+    with device:  # tensors the build makes (a loss_fn's targets too) land on the card
+        model, inputs, optimizer, loss_fn = unpack_build(call_build(build, batch_size), build)
+    model.to(device)
+    inputs = _to_device(inputs, device)
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        optimizer = optimizer(model.parameters())
+    dtype = PRECISIONS[precision]
+
+    def step() -> None:
+        autocast = torch.autocast("cuda", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+        with autocast:
+            out = forward(model, inputs)
+            loss = loss_of(out, loss_fn)
+        loss.backward()
+        del out, loss
+        if optimizer is not None:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            model.zero_grad(set_to_none=True)
+
+    torch.set_default_device(device)  # tensors made inside forward and the loss
+    torch.cuda.memory._record_memory_history(enabled="all", stacks="python", max_entries=4_000_000)
+    result: dict[str, Any] = {"spec": spec, "batch": batch_size, "precision": precision,
+                              "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                              "before_step_bytes": torch.cuda.memory_allocated(),
+                              "inputs": [list(t.shape) for t in tensors_of(inputs)]}
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        step()
+        torch.cuda.synchronize()
+        result["peak_step1"] = torch.cuda.max_memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        result["oom"] = False
+    except torch.OutOfMemoryError as exc:
+        result["oom"] = True
+        result["error"] = str(exc).splitlines()[0][:300]
+    result["peak_bytes"] = torch.cuda.max_memory_allocated()
+    result["reserved_bytes"] = torch.cuda.max_memory_reserved()
+    recorded = from_snapshot(torch.cuda.memory._snapshot(), result)
+    _write(recorded.to_dict(), out)
+    return 0
+
+
+def _to_device(value: Any, device) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
+def _write(document: dict, path: Path) -> None:
+    import gzip
+
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", encoding="utf-8") as handle:
+        json.dump(document, handle)
+
+
+if __name__ == "__main__":
+    spec_arg, batch_arg, precision_arg, out_arg = sys.argv[1:5]
+    sys.exit(_run_child(spec_arg, int(batch_arg), precision_arg, Path(out_arg)))
