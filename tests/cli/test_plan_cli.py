@@ -1,6 +1,7 @@
 """trainmedic plan as a user runs it: the rendered plan, the JSON contract, exit codes, errors."""
 
 import io
+from pathlib import Path
 import os
 
 import pytest
@@ -92,7 +93,7 @@ Plan for NVIDIA T4 (14.8 GiB), batch 64, bf16
 usable after headroom   13.3 GiB       10% of 14.8 GiB kept free
 
 fits with 754.8 MiB free
-largest batch that fits: 80 (about 150.0 MiB per sample)
+largest batch that fits: 80 (with 10% headroom, about 150.0 MiB per sample)
 
 Hotspots: the largest tensors alive at the peak
      4.0 GiB  softmax in attn at model.py:6
@@ -228,7 +229,8 @@ def test_max_batch_finds_a_batch_that_fits(mlp):
     assert type(data["max_batch"]) is int and data["max_batch"] > 8
     assert data["batch_size"] == data["max_batch"] and data["fits"] is True
     assert data["needed_bytes"] <= 2 * GiB
-    assert f"largest batch that fits: {data['max_batch']} (about " in result.stdout
+    assert f"largest batch that fits: {data['max_batch']} (with 10% headroom and a 16% margin, about " in result.stdout
+    assert "how sure: estimated" in result.stdout  # a card of its own capacity: no step recorded there
 
 
 def test_batch_0_is_a_usage_error_naming_it(mlp):
@@ -296,3 +298,65 @@ def test_an_unwritable_json_path_exits_2_before_planning(mlp):
         "trainmedic plan: error: --json no/such/dir/plan.json: "
         "the folder no/such/dir does not exist; create it or give another path"
     )
+
+
+# --- --verify and --verify-trace --------------------------------------------------------------
+
+TRUTH = Path(__file__).resolve().parents[1] / "plan" / "gpu_truth" / "h200-2026-11-26"
+
+
+def test_verify_without_a_gpu_says_so_in_one_line(mlp):
+    result = mlp("plan", "model.py", "--device", "h200", "--batch", "8", "--verify")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert "--verify runs the step on a CUDA GPU and this machine has none" in result.stderr
+    assert "--verify-trace" in result.stderr  # what can be done here instead
+
+
+def test_a_recorded_trace_verifies_the_plan_of_its_build(tm):
+    trace = TRUTH / "traces" / "mlp_adam_b4096.json.gz"
+    # Device, batch and precision come from the recording when the command line leaves them out.
+    result = tm("plan", str(TRUTH / "models" / "mlp_adam.py"), "--verify-trace", str(trace), "--json", "plan.json")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("Plan for NVIDIA H200 (SXM, 141 GB) (139.8 GiB), batch 4096, fp32")
+    assert "Verified against two real steps on NVIDIA H200 (torch 2.11.0+cu130), recorded in" in out
+    assert "first divergence: none; every allocation of 1 MiB or more matches the card's, in order" in out
+    assert "within the plan's own bound (1% peak, 5% reserved)" in out
+    verification = tm.report("plan.json")["verification"]
+    assert verification["recorded"]["peak_bytes"] == 740186624
+    assert verification["planned"]["peak_phase"] == verification["recorded"]["peak_phase"] == "backward"
+    assert abs(verification["peak_error"]) < 0.001 and verification["divergence"] is None
+
+
+def test_a_trace_of_another_build_is_refused_with_what_it_records(mlp):
+    trace = TRUTH / "traces" / "mlp_adam_b4096.json.gz"
+    result = mlp("plan", "model.py", "--verify-trace", str(trace))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "records models/mlp_adam.py:build at batch 4096, fp32, whose parameters and inputs took 96.2 MiB" in result.stderr
+    assert "it is a recording of another model" in result.stderr
+    assert "--batch 4096 --verify --record TRACE" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batch", "8", "--verify-trace", "missing.json.gz"], "--verify-trace missing.json.gz: no such file"),
+        (["--batch", "8", "--verify", "--verify-trace", "t.json"], "give --verify (run the step on this machine's GPU) or --verify-trace"),
+        (["--batch", "8", "--record", "t.json.gz"], "--record keeps the recording of --verify; add --verify"),
+    ],
+)
+def test_verify_options_used_wrongly_are_refused_first(mlp, args, message):
+    (mlp.cwd / "t.json").write_text("{}")
+    result = mlp("plan", "model.py", "--device", "h200", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_a_file_that_is_no_trace_is_refused(mlp):
+    (mlp.cwd / "t.json").write_text('{"schema": "trainmedic.plan/1"}')
+    result = mlp("plan", "model.py", "--device", "h200", "--batch", "8", "--verify-trace", "t.json")
+    assert result.returncode == 2
+    assert "t.json is not a gpu-alloc-trace/1 document (schema 'trainmedic.plan/1')" in result.stderr

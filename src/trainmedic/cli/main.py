@@ -94,21 +94,26 @@ def plan(
     device: Optional[str] = typer.Option(None, "--device", "-d", metavar="NAME", help="Target GPU: t4, rtx3090, a100-80gb, h100, cpu, ..."),
     capacity: Optional[str] = typer.Option(None, "--capacity", metavar="SIZE", help="Memory of the target (48GiB, 24GB): overrides --device's, or names any card."),
     batch: Optional[int] = typer.Option(None, "--batch", "-b", metavar="N", help="Batch size to plan (with --max-batch: plan this one too)."),
-    precision: str = typer.Option("fp32", "--precision", metavar="fp32|tf32|bf16|fp16", help="Training precision; bf16/fp16 mean autocast."),
+    precision: Optional[str] = typer.Option(None, "--precision", metavar="fp32|tf32|bf16|fp16", help="Training precision; bf16/fp16 mean autocast (default fp32)."),
     max_batch: bool = typer.Option(False, "--max-batch", help="Also find the largest batch that fits (the plan is made at it unless --batch is given)."),
     headroom: float = typer.Option(0.1, "--headroom", metavar="F", help="Share of the memory to keep free (default 0.1, as tune)."),
     json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the plan as JSON (trainmedic.plan/1)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the plan (the JSON is still written)."),
     list_devices: bool = typer.Option(False, "--list-devices", help="List the GPUs --device knows and exit."),
+    verify: bool = typer.Option(False, "--verify", help="Run two steps for real on this machine's GPU and compare them with the plan."),
+    verify_trace: Optional[Path] = typer.Option(None, "--verify-trace", metavar="TRACE", help="Compare the plan with a step recorded earlier (gpu-alloc-trace/1, .json or .json.gz)."),
+    record: Optional[Path] = typer.Option(None, "--record", metavar="TRACE", help="With --verify: keep the recorded step (a .json.gz for --verify-trace)."),
 ) -> None:
     """Predict the peak GPU memory of one training step before touching a GPU.
 
     SPEC names a function build(batch_size) returning dict(model=..., inputs=..., optimizer=...,
-    loss_fn=...). Exit code 0 when the plan fits, 1 when it does not, 2 on bad input.
+    loss_fn=...). Exit code 0 when the plan fits (and, verified, the card agreed within the plan's
+    own bound), 1 when it does not, 2 on bad input.
     """
     if list_devices:
         raise typer.Exit(plan_command.list_devices(Console(highlight=False)))
-    options = plan_command.PlanOptions(spec, device, capacity, batch, precision, max_batch, headroom, json_path, quiet)
+    options = plan_command.PlanOptions(spec, device, capacity, batch, precision, max_batch, headroom, json_path, quiet,
+                                       verify, verify_trace, record)
     raise typer.Exit(plan_command.run_plan(options, Console(highlight=False), _stderr()))
 
 

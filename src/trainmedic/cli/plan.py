@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainmedic.cli.output import output_problem
+from trainmedic.cli.plan_verify import make_verified_plan, render_verification, verify_problem, within_bound
 from trainmedic.devices import DEVICES, get_device, known_devices
 from trainmedic.errors import DeviceError, MissingExtraError, PlanError
 from trainmedic.probe.frames import display_path
@@ -47,26 +48,33 @@ class PlanOptions:
     device: str | None
     capacity: str | None
     batch: int | None
-    precision: str
+    precision: str | None  # None: fp32, or what a --verify-trace recording was made with
     max_batch: bool
     headroom: float
     json_path: Path | None
     quiet: bool
+    #: Run the step for real on this machine's GPU and compare (--verify), or compare with a
+    #: recorded trace (--verify-trace); --record keeps the live recording.
+    verify: bool = False
+    verify_trace: Path | None = None
+    record: Path | None = None
 
 
 def run_plan(options: PlanOptions, out: Console, err: Console) -> int:
     """Make the plan, render it on ``out``, write the JSON, and return the exit code."""
-    problem = output_problem([("--json", options.json_path)])
+    problem = output_problem([("--json", options.json_path), ("--record", options.record)]) or verify_problem(options)
     if problem:  # found now, not after the traces
         _error(err, problem)
         return USAGE
     try:
-        plan = _make_plan(options)
+        plan, verification = make_verified_plan(options, _make_plan) if options.verify or options.verify_trace else (_make_plan(options), None)
     except (PlanError, DeviceError, MissingExtraError) as exc:
         _error(err, str(exc))
         return USAGE
     if not options.quiet:
         render_plan(plan, out)
+        if verification is not None:
+            render_verification(verification, plan, out)
     if options.json_path is not None:
         try:
             plan.write_json(options.json_path)
@@ -74,6 +82,8 @@ def run_plan(options: PlanOptions, out: Console, err: Console) -> int:
             _error(err, f"cannot write the JSON plan to {options.json_path}: {exc.strerror or exc}")
             return USAGE
         err.print(f"trainmedic: JSON plan written to {options.json_path}", markup=False, highlight=False, soft_wrap=True)
+    if verification is not None and not within_bound(verification, plan):
+        return DOES_NOT_FIT
     return FITS if plan.fits and plan.max_batch != 0 else DOES_NOT_FIT
 
 
@@ -85,7 +95,8 @@ def _make_plan(options: PlanOptions) -> Plan:
             f"name a target GPU with --device NAME (e.g. {', '.join(EXAMPLE_DEVICES)}; --list-devices shows all) "
             "or give its memory with --capacity SIZE (e.g. 48GiB)"
         )
-    if options.precision.lower() not in PRECISIONS:
+    precision = (options.precision or "fp32").lower()
+    if precision not in PRECISIONS:
         raise PlanError(f"--precision {options.precision} is not one of {', '.join(PRECISIONS)}; bf16 or fp16 mean autocast")
     if options.device is not None:
         get_device(options.device)  # a misspelt card fails before the user's module is imported
@@ -98,7 +109,7 @@ def _make_plan(options: PlanOptions) -> Plan:
         options.batch,
         device=options.device,
         capacity=options.capacity,
-        precision=options.precision.lower(),
+        precision=precision,
         headroom=options.headroom,
         max_batch=options.max_batch,
     )
@@ -133,6 +144,8 @@ def render_plan(plan: Plan, console: Console) -> None:
     parts = [_header(plan), Text(""), _breakdown(plan), Text(""), _verdict(plan)]
     if plan.max_batch is not None:
         parts.append(_max_batch(plan))
+    if plan.confidence is not None:
+        parts.append(Text(f"how sure: {plan.confidence.describe()}", style="dim" if plan.confidence.level == "checked" else "yellow"))
     if plan.hotspots:
         parts += [Text(""), Text("Hotspots: the largest tensors alive at the peak", style="bold")]
         parts += [_hotspot(h) for h in plan.hotspots]
@@ -184,6 +197,14 @@ def _breakdown(plan: Plan) -> Table:
         table.add_row("  allocator reserve", format_bytes(reserve), _share(reserve, needed), "reserved - peak: block rounding, cached segments")
         table.add_row("  cuda context", format_bytes(b.cuda_context), _share(b.cuda_context, needed), "outside the allocator: context, cuBLAS, cuDNN")
         table.add_row("= needed", format_bytes(needed), "", "what the card must hold")
+        if plan.floor_reserved_bytes is not None and plan.needed_floor_bytes < needed:
+            table.add_row("  cuDNN workspaces", f"-{format_bytes(needed - plan.needed_floor_bytes)}", "",
+                          "its fastest convolution engines' buffers; it picks others when memory is short")
+            table.add_row("= needed at least", format_bytes(plan.needed_floor_bytes), "", "")
+    if plan.margin:
+        margin = plan.required_bytes - plan.needed_floor_bytes
+        table.add_row("  margin", format_bytes(margin), "", f"{plan.margin:.0%} for the plan's own error ({plan.confidence.level})")
+        table.add_row("= required", format_bytes(plan.required_bytes), "", "what must fit")
     kept = f"{plan.headroom:.0%} of {format_bytes(plan.capacity_bytes)} kept free" if plan.headroom else "no headroom kept (--headroom)"
     table.add_row("usable after headroom", format_bytes(plan.usable_bytes), "", kept)
     return table
@@ -194,7 +215,7 @@ def _share(size: int, whole: int) -> str:
 
 
 def _verdict(plan: Plan) -> Text:
-    gap = plan.usable_bytes - plan.needed_bytes
+    gap = plan.usable_bytes - plan.required_bytes
     if plan.fits:
         text = Text(f"fits with {format_bytes(gap)} free", style="bold green")
         if not plan.exact:
@@ -210,8 +231,10 @@ def _verdict(plan: Plan) -> Text:
 def _max_batch(plan: Plan) -> Text:
     if plan.max_batch == 0:
         return Text("largest batch that fits: 0 (even batch 1 does not fit)", style="bold red")
-    per_sample = f" (about {format_bytes(plan.bytes_per_sample)} per sample)" if plan.bytes_per_sample else ""
-    return Text(f"largest batch that fits: {plan.max_batch}{per_sample}", style="bold")
+    per_sample = f", about {format_bytes(plan.bytes_per_sample)} per sample" if plan.bytes_per_sample else ""
+    kept = f"{plan.headroom:.0%} headroom" if plan.headroom else "no headroom"
+    margin = f" and a {plan.margin:.0%} margin" if plan.margin else ""
+    return Text(f"largest batch that fits: {plan.max_batch} (with {kept}{margin}{per_sample})", style="bold")
 
 
 def _hotspot(hotspot: Hotspot) -> Padding:

@@ -37,6 +37,7 @@ class Divergence:
     planned: tuple[str, ...]  # what the plan did there instead
     recorded_where: str = ""  # the card's stack at the first differing event
     planned_where: str = ""  # the planner's op and line at the first differing event
+    largest: int = 0  # bytes of the largest event in the differing stretch, on either side
 
     def describe(self) -> str:
         card = ", ".join(self.recorded) or "nothing"
@@ -50,7 +51,8 @@ class Divergence:
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": self.step, "phase": self.phase, "matched": self.matched, "recorded": list(self.recorded),
-                "planned": list(self.planned), "recorded_where": self.recorded_where, "planned_where": self.planned_where}
+                "planned": list(self.planned), "recorded_where": self.recorded_where, "planned_where": self.planned_where,
+                "largest_bytes": self.largest}
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,15 @@ def planned_events(trace: Trace) -> tuple[list[Event], list[Event]]:
     return before, steps
 
 
+def before_step_bytes(trace: Trace) -> int:
+    """What the build holds on the card before the first step: parameters, buffers and inputs."""
+    before, _ = planned_events(trace)
+    model, blocks = CachingAllocatorModel(), {}
+    for event in before:
+        _apply(model, blocks, event)
+    return model.allocated
+
+
 def compare(trace: Trace, recorded: RecordedStep, min_bytes: int = MIN_BYTES) -> Comparison:
     """Hold the planner's trace of a step against the card's recording of the same build."""
     before, steps = planned_events(trace)
@@ -143,7 +154,6 @@ def _apply(model: CachingAllocatorModel, blocks: dict[int, Any], event: Event) -
 
 
 def _peak(model: CachingAllocatorModel, blocks: dict[int, Any], events: list[Event], offset: int) -> PeakSide:
-    start = len(blocks)
     peak, at, live = -1, None, ()
     born: dict[int, int] = {}
     for event in events:
@@ -156,7 +166,6 @@ def _peak(model: CachingAllocatorModel, blocks: dict[int, Any], events: list[Eve
                 live = tuple(sorted(born.values(), reverse=True))
         else:
             born.pop(event.block, None)
-    del start
     step, phase = (at.step, at.phase) if at is not None else (0, "forward")
     return PeakSide(peak + offset, model.reserved, step, phase, live)
 
@@ -186,6 +195,7 @@ def first_divergence(recorded: list[Event], planned: list[Event], min_bytes: int
                     tuple(_name(e) for e in b[j1:j2][:SHOWN]),
                     a[i1].where if i1 < i2 else "",
                     b[j1].where if j1 < j2 else "",
+                    max(e.nbytes for e in a[i1:i2] + b[j1:j2]),
                 )
     return None
 

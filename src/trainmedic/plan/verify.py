@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from trainmedic.errors import PlanError
-from trainmedic.plan.compare import Comparison, compare, planned_events
+from trainmedic.plan.compare import Comparison, before_step_bytes, compare
+from trainmedic.plan.model import Plan
 from trainmedic.plan.recorded import RecordedStep, load_recorded
 from trainmedic.plan.trace import Trace
 from trainmedic.units import format_bytes
@@ -79,6 +80,29 @@ def record_on_gpu(spec: str, batch_size: int, precision: str, record: Path | Non
         return load_recorded(path)
 
 
+def verified_plan(spec: str, batch_size: int | None, *, device: str | None, capacity: str | None, precision: str,
+                  headroom: float, recorded: RecordedStep, source: str) -> tuple[Plan, Verification]:
+    """The plan of ``spec`` at ``batch_size``, and the plan held against ``recorded``."""
+    from trainmedic.plan.planner import check_batch, plan_from_trace, resolve_capacity, resolve_device
+    from trainmedic.plan.spec import load_build
+    from trainmedic.plan.trace import PRECISIONS, trace_step
+
+    if batch_size is None:
+        raise PlanError("give the batch size to verify (--batch N)")
+    check_batch(batch_size)
+    if precision not in PRECISIONS:
+        raise PlanError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}; e.g. --precision bf16.")
+    target = resolve_device(device, capacity)
+    trace = trace_step(load_build(spec), batch_size, target, precision)
+    plan = plan_from_trace(trace, target, resolve_capacity(target, capacity), precision, headroom)
+    if recorded.precision != precision:
+        raise PlanError(f"{source} records a {recorded.precision} step, not {precision}: give --precision {recorded.precision}, "
+                        f"or record a {precision} step on the card with --verify --record TRACE")
+    verification = verify_against(trace, recorded, source, spec)
+    plan.verification = verification.to_dict()
+    return plan, verification
+
+
 def verify_against(trace: Trace, recorded: RecordedStep, source: str, spec: str | None = None) -> Verification:
     """Compare the plan's trace with a recording, after checking that it records this build."""
     check_same_build(trace, recorded, source, spec)
@@ -92,24 +116,13 @@ def check_same_build(trace: Trace, recorded: RecordedStep, source: str, spec: st
     fix = f"record this one on the card with `trainmedic plan {spec or 'SPEC'} --batch {trace.batch_size} --verify --record TRACE`"
     if result.get("batch") is not None and int(result["batch"]) != trace.batch_size:
         raise PlanError(f"{source} records {what}, not batch {trace.batch_size}: {fix}")
-    before, _ = planned_events(trace)
-    planned_before = _allocated(before)
+    planned_before = before_step_bytes(trace)
     measured = recorded.before_step_bytes
     if measured and abs(planned_before - measured) > BEFORE_TOLERANCE * max(planned_before, measured):
         raise PlanError(
             f"{source} records {what}, whose parameters and inputs took {format_bytes(measured)} on the card; this build's "
             f"take {format_bytes(planned_before)}: it is a recording of another model. {fix}"
         )
-
-
-def _allocated(events) -> int:
-    from trainmedic.plan.compare import _apply
-    from trainmedic.plan.allocator import CachingAllocatorModel
-
-    model, blocks = CachingAllocatorModel(), {}
-    for event in events:
-        _apply(model, blocks, event)
-    return model.allocated
 
 
 def _child_env() -> dict[str, str]:
