@@ -6,6 +6,8 @@ the optimizers' ``foreach`` default: see ``FunctionsAsOnTarget`` and ``use_forea
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
@@ -53,7 +55,8 @@ class FunctionsAsOnTarget(TorchFunctionMode):
         #: Parts of the trace that are estimates on this device (plan.confidence reads them).
         self.estimates: list[str] = []
         self._by_original = {original: getattr(self, name) for name, original in _ORIGINALS.items()}
-        self._by_original[torch.lstm] = self.lstm
+        for mode in rnn.GATES:
+            self._by_original[getattr(torch, mode)] = functools.partial(self.rnn, mode)
         self._by_original[torch.dropout] = lambda input, p, train: self.dropout(input, p, train)
         self._by_original[torch.dropout_] = lambda input, p, train: self.dropout(input, p, train, inplace=True)
 
@@ -77,16 +80,19 @@ class FunctionsAsOnTarget(TorchFunctionMode):
         output = _FusedDropout.apply(input, float(p))
         return input.copy_(output) if inplace else output
 
-    def lstm(self, *args):
-        # _VF.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
-        # the packed-sequence form (input, batch_sizes, hx, ...) stays on the traced CPU path.
-        if len(args) != 9 or not isinstance(args[1], (tuple, list)):
-            return torch.lstm(*args)
-        if rnn.NOTE not in self._notes:
-            self._notes.append(rnn.NOTE)
-            if self._device.key != rnn.MEASURED_ON:
-                self.estimates.append(f"cuDNN's LSTM reserve and workspace at the rates measured on {rnn.MEASURED_ON}, not {self._device.key}")
-        return rnn.cudnn_lstm(*args)
+    def rnn(self, mode: str, *args):
+        # _VF.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first),
+        # gru/rnn_* with hx a tensor; the packed-sequence form (input, batch_sizes, ...) stays on
+        # the traced CPU path.
+        packed = len(args) != 9 or (mode == "lstm" and not isinstance(args[1], (tuple, list)))
+        if packed:
+            return getattr(torch, mode)(*args)
+        note = rnn.note(mode)
+        if note not in self._notes:
+            self._notes.append(note)
+            if self._device.key != rnn.MEASURED_ON or mode != "lstm":
+                self.estimates.append(f"cuDNN's {mode} reserve and workspace at the rates measured for an LSTM on {rnn.MEASURED_ON}")
+        return rnn.cudnn_rnn(mode, *args)
 
     def linear(self, input, weight, bias=None):
         if bias is not None and input.dim() > 2 and not input.is_contiguous():

@@ -37,8 +37,7 @@ class CudaKernels:
     sdpa_calls: list[str] = field(default_factory=list)
     #: Each convolution pass planned, with the sid of its workspace (None: it took none).
     conv_passes: list[tuple[int | None, conv.ConvPass]] = field(default_factory=list)
-    #: How many convolution workspaces were "measured", "scaled" or "estimated".
-    conv_sources: dict[str, int] = field(default_factory=dict)
+    _conv_hows: dict[tuple[str, int], str] = field(default_factory=dict)
     _workspaces: set[tuple[str, str]] = field(default_factory=set)
 
     def __call__(self, tracker: StorageTracker, func, args, out, where: str) -> None:
@@ -68,11 +67,19 @@ class CudaKernels:
             grad_out, query = args[0], args[1]  # (grad_out, query, key, value, ...)
             tracker.add_kernel_buffers(attention.backward_buffers(kernel, grad_out, query), f"{kernel} attention backward buffers", where)
 
+    @property
+    def conv_sources(self) -> dict[str, int]:
+        """How many distinct convolution passes took a "measured", "scaled" or "estimated" workspace."""
+        counts: dict[str, int] = {}
+        for how in self._conv_hows.values():
+            counts[how] = counts.get(how, 0) + 1
+        return counts
+
     def _convolution(self, tracker: StorageTracker, name: str, args: tuple, out, where: str) -> None:
         outputs = out if isinstance(out, (tuple, list)) else (out,)
         for conv_pass, estimate in conv.passes_of(name, args, out):
             nbytes, how = conv.workspace(self.device.key, conv_pass, estimate)
-            self.conv_sources[how] = self.conv_sources.get(how, 0) + 1
+            self._conv_hows[(conv_pass.key(), conv_pass.batch)] = how
             # Backward allocates the input gradient, runs the data pass, allocates the weight
             # gradient, runs the filter pass, then reduces the bias gradient.
             produced = {conv.BACKWARD_DATA: 0, conv.BACKWARD_FILTER: 1}.get(conv_pass.kind)

@@ -1,4 +1,5 @@
-"""``nn.LSTM`` as cuDNN runs it: a stand-in that allocates what ``_cudnn_rnn`` and its backward do.
+"""``nn.LSTM`` (and GRU, RNN) as cuDNN runs it: a stand-in that allocates what ``_cudnn_rnn`` and
+its backward do.
 
 On the CPU the trace runs oneDNN's LSTM, one ``mkldnn_rnn_layer`` per layer with a workspace of
 its own; on the card ``_VF.lstm`` is one ``_cudnn_rnn`` call over all layers, whose sizes are
@@ -14,7 +15,8 @@ the same order (seen on an H200, cuDNN 9, torch 2.11, for a 2-layer LSTM of 256 
 
 cuDNN's reserve and workspace have no published formula: they are the rates measured there,
 22 bytes per time step x sample x hidden unit x layer for the reserve and 33 bytes per time
-step x sample x hidden unit for the workspace, scaled by the element size, and the plan says so.
+step x sample x hidden unit for the workspace, scaled by the element size (and for a GRU or a
+plain RNN by its gates, a guess no card has checked), and the plan says so.
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ RESERVE_BYTES_PER_UNIT = 22  # per time step x sample x hidden unit x layer x di
 RESERVE_EXTRA = 256
 WORKSPACE_BYTES_PER_UNIT = 33  # per time step x sample x hidden unit x direction, fp32
 WORKSPACE_EXTRA = 1280
-NOTE = ("LSTM planned as cuDNN runs it, with its reserve (22 B) and workspace (33 B per time step x sample x "
-        "hidden unit) at the rates measured on an H200 with cuDNN 9; other cards and cuDNN versions may differ")
+def note(mode: str) -> str:
+    """What the plan says of an RNN it planned as cuDNN runs it."""
+    rates = "its reserve (22 B) and workspace (33 B per time step x sample x hidden unit) at the rates measured on an H200 with cuDNN 9"
+    if mode != "lstm":
+        rates += f" for an LSTM, scaled by its {GATES[mode]} gates to the LSTM's 4"
+    return f"{mode.upper().replace('_', ' ')} planned as cuDNN runs it, with {rates}; other cards and cuDNN versions may differ"
 
 
 def flatten_weights(model: torch.nn.Module) -> None:
@@ -47,20 +53,27 @@ def flatten_weights(model: torch.nn.Module) -> None:
                 offset += w.numel()
 
 
-def cudnn_lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
-    """``_VF.lstm``'s result (output, h_n, c_n) with cuDNN's allocations."""
+#: Gates per cell: cuDNN's reserve and workspace are taken to grow with them (measured for LSTM only).
+GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+def cudnn_rnn(mode: str, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """``_VF.lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu``'s result with cuDNN's allocations:
+    (output, h_n, c_n) for an LSTM, (output, h_n) for the others."""
+    h_0, c_0 = (hx[0], hx[1]) if mode == "lstm" else (hx, None)
     directions = 2 if bidirectional else 1
-    hidden = hx[0].shape[-1]
-    scale = input.element_size() / 4
+    hidden = h_0.shape[-1]
+    scale = input.element_size() / 4 * GATES[mode] / GATES["lstm"]
     steps, batch = (input.shape[1], input.shape[0]) if batch_first else (input.shape[0], input.shape[1])
     units = steps * batch * hidden * directions
     sizes = (int(RESERVE_BYTES_PER_UNIT * scale * units * num_layers) + RESERVE_EXTRA,
              int(WORKSPACE_BYTES_PER_UNIT * scale * units) + WORKSPACE_EXTRA)
-    output, h_n, c_n = _CudnnLstm.apply(input, hx[0], hx[1], sizes, batch_first, hidden * directions, *params)
-    return output, h_n, c_n
+    cell = c_0 if c_0 is not None else h_0.new_empty(0)
+    output, h_n, c_n = _CudnnRnn.apply(input, h_0, cell, sizes, batch_first, hidden * directions, *params)
+    return (output, h_n, c_n) if mode == "lstm" else (output, h_n)
 
 
-class _CudnnLstm(torch.autograd.Function):
+class _CudnnRnn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, h_0, c_0, sizes, batch_first, width, *params):
         reserve_bytes, workspace_bytes = sizes
@@ -85,11 +98,11 @@ class _CudnnLstm(torch.autograd.Function):
         dy = torch.empty(y.shape, dtype=y.dtype)
         dx = torch.empty(time_major.shape, dtype=input.dtype)
         dh_0, dc_0 = torch.empty(h_0.shape, dtype=h_0.dtype), torch.empty(c_0.shape, dtype=c_0.dtype)
-        torch.empty(workspace_bytes, dtype=torch.uint8)
+        torch.empty(workspace_bytes, dtype=torch.uint8)  # the data pass
         del dy, x
         x = torch.empty(time_major.shape, dtype=input.dtype)
         flat = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype)
-        torch.empty(workspace_bytes, dtype=torch.uint8)
+        torch.empty(workspace_bytes, dtype=torch.uint8)  # the weight pass
         del x
         grads, offset = [], 0
         for p in params:
