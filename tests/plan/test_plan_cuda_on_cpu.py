@@ -81,3 +81,24 @@ def test_the_rewrite_keeps_the_kind_of_argument_it_was_given():
     assert _on_cpu("cuda") == "cpu" and _on_cpu("cuda:1") == "cpu"
     assert _on_cpu(torch.device("cuda", 3)) == torch.device("cpu")
     assert _on_cpu("cpu") == "cpu" and _on_cpu(0) == 0 and _on_cpu(torch.float16) is torch.float16
+
+
+@pytest.mark.parametrize(
+    ("convert", "dtype"),
+    [("half", torch.float16), ("bfloat16", torch.bfloat16), ("to_bf16", torch.bfloat16), ("channels_last", torch.float32)],
+)
+def test_a_model_converted_in_build_plans_with_its_converted_weights(convert, dtype):
+    made = []
+
+    def build(batch_size):
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.Linear(8 * 14 * 14, 2))
+        model = {"half": lambda m: m.half(), "bfloat16": lambda m: m.bfloat16(), "to_bf16": lambda m: m.to(torch.bfloat16),
+                 "channels_last": lambda m: m.to(memory_format=torch.channels_last)}[convert](model)
+        made.append(model)
+        return dict(model=model, inputs=torch.randn(batch_size, 3, 16, 16, dtype=dtype), optimizer=lambda p: torch.optim.SGD(p, 0.1))
+
+    plan = plan_memory(build, 4, device="h200")
+    assert plan.exact
+    conv = made[0][0].weight
+    assert isinstance(conv, nn.Parameter) and conv.dtype == dtype
+    assert conv.is_contiguous(memory_format=torch.channels_last) == (convert == "channels_last")

@@ -400,8 +400,9 @@ def modules_stay_on_cpu():
     """``model.cuda()`` / ``model.to("cuda")`` leave a module where it is while planning.
 
     Moving fake parameters to the device they are already on makes ``Module._apply`` try to
-    swap each parameter with itself, which fake tensors refuse; a move to CUDA is a no-op here
-    (dtype and memory-format changes still apply).
+    swap each parameter with itself, which fake tensors refuse; a move to CUDA is a no-op here.
+    Dtype and memory-format changes (``.to(torch.bfloat16)``, ``.half()``,
+    ``.to(memory_format=torch.channels_last)``) still apply, through ``_convert_in_place``.
     """
     original_to, original_cuda = torch.nn.Module.to, torch.nn.Module.cuda
 
@@ -415,13 +416,42 @@ def modules_stay_on_cpu():
         device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
         if dtype is None and memory_format is None:
             return module
-        return original_to(module, dtype=dtype) if memory_format is None else original_to(module, dtype=dtype, memory_format=memory_format)
+        _convert_in_place(module, dtype, memory_format)
+        return module
 
+    casts = {"half": torch.float16, "float": torch.float32, "double": torch.float64, "bfloat16": torch.bfloat16}
+    originals = {name: getattr(torch.nn.Module, name) for name in casts}
     torch.nn.Module.to, torch.nn.Module.cuda = to, lambda module, device=None: module
+    for name, dtype in casts.items():
+        setattr(torch.nn.Module, name, lambda module, dtype=dtype: (_convert_in_place(module, dtype, None), module)[1])
     try:
         yield
     finally:
         torch.nn.Module.to, torch.nn.Module.cuda = original_to, original_cuda
+        for name, original in originals.items():
+            setattr(torch.nn.Module, name, original)
+
+
+def _convert_in_place(module: torch.nn.Module, dtype, memory_format) -> None:
+    """``Module.to(dtype, memory_format)`` as ``_apply`` does it without swapping tensors:
+    ``Module._apply`` swaps a fake parameter for its converted copy, which fake tensors refuse
+    once anything holds a weak reference to them; setting ``.data`` keeps each parameter the
+    same object with the new storage, as a real ``.to()`` without swapping does."""
+    def convert(t: torch.Tensor) -> torch.Tensor:
+        fmt = memory_format if memory_format is not None and t.dim() == {torch.channels_last: 4, torch.channels_last_3d: 5}.get(memory_format, t.dim()) else None
+        target = dtype if dtype is not None and (t.is_floating_point() or t.is_complex()) else None
+        return t.to(dtype=target, memory_format=fmt) if fmt is not None else (t.to(target) if target is not None else t)
+
+    with torch.no_grad():
+        for sub in module.modules():
+            for name, param in sub._parameters.items():
+                if param is not None:
+                    converted = convert(param)
+                    if converted is not param:
+                        param.data = converted
+            for name, buffer in sub._buffers.items():
+                if buffer is not None:
+                    sub._buffers[name] = convert(buffer)
 
 
 def _has_cuda(values) -> bool:

@@ -62,14 +62,19 @@ def gpu_problem() -> str | None:
     return None
 
 
-def record_on_gpu(spec: str, batch_size: int, precision: str, record: Path | None = None, timeout_s: float = 600.0) -> RecordedStep:
-    """Run two real steps of ``spec`` in a child process on this machine's GPU; the recording."""
+def record_on_gpu(spec: str, batch_size: int, precision: str, record: Path | None = None, timeout_s: float = 600.0,
+                  cap_bytes: int | None = None) -> RecordedStep:
+    """Run two real steps of ``spec`` in a child process on this machine's GPU; the recording.
+
+    ``cap_bytes`` caps the child's allocator (``torch.cuda.set_per_process_memory_fraction``), as
+    a smaller card would: how ``--max-batch`` answers are checked on a large one.
+    """
     problem = gpu_problem()
     if problem:
         raise PlanError(problem)
     with tempfile.TemporaryDirectory(prefix="trainmedic-verify-") as folder:
         path = record or Path(folder) / "trace.json.gz"
-        command = [sys.executable, "-m", "trainmedic.plan.verify", spec, str(batch_size), precision, str(path)]
+        command = [sys.executable, "-m", "trainmedic.plan.verify", spec, str(batch_size), precision, str(path), str(cap_bytes or 0)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=_child_env())
         except subprocess.TimeoutExpired as exc:
@@ -136,7 +141,7 @@ def _child_env() -> dict[str, str]:
 # -- the child: two real steps on the GPU ---------------------------------------------------------
 
 
-def _run_child(spec: str, batch_size: int, precision: str, out: Path) -> int:
+def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes: int = 0) -> int:
     import torch
 
     from trainmedic.plan.recorded import from_snapshot
@@ -145,6 +150,8 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path) -> int:
 
     device = torch.device("cuda")
     torch.cuda.init()
+    if cap_bytes:
+        torch.cuda.set_per_process_memory_fraction(cap_bytes / torch.cuda.get_device_properties(0).total_memory)
     build = load_build(spec)
     with device:  # tensors the build makes (a loss_fn's targets too) land on the card
         model, inputs, optimizer, loss_fn = unpack_build(call_build(build, batch_size), build)
@@ -171,7 +178,7 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path) -> int:
     torch.cuda.memory._record_memory_history(enabled="all", stacks="python", max_entries=4_000_000)
     result: dict[str, Any] = {"spec": spec, "batch": batch_size, "precision": precision,
                               "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                              "before_step_bytes": torch.cuda.memory_allocated(),
+                              "before_step_bytes": torch.cuda.memory_allocated(), "cap_bytes": cap_bytes or None,
                               "inputs": [list(t.shape) for t in tensors_of(inputs)]}
     torch.cuda.reset_peak_memory_stats()
     try:
@@ -213,5 +220,5 @@ def _write(document: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    spec_arg, batch_arg, precision_arg, out_arg = sys.argv[1:5]
-    sys.exit(_run_child(spec_arg, int(batch_arg), precision_arg, Path(out_arg)))
+    spec_arg, batch_arg, precision_arg, out_arg, cap_arg = sys.argv[1:6]
+    sys.exit(_run_child(spec_arg, int(batch_arg), precision_arg, Path(out_arg), int(cap_arg)))
