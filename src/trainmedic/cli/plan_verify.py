@@ -10,8 +10,8 @@ allocations part from the card's.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.table import Table

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from trainmedic.devices import Device, get_device
 from trainmedic.errors import PlanError
@@ -14,7 +15,6 @@ from trainmedic.plan.model import Breakdown, Plan
 from trainmedic.plan.optimizer_state import analytic_state_bytes
 from trainmedic.plan.trace import PRECISIONS, Trace, trace_step
 from trainmedic.units import format_bytes, parse_bytes
-
 
 #: The share of the card a plan keeps free by default, as tune does: other processes, the
 #: allocator's fragmentation under pressure and a driver's own use take some of it.

@@ -107,7 +107,7 @@ def parse_recorded(document: Any, source: str = "the trace") -> RecordedStep:
         frames = [str(f) for f in document["frames"]]
         rows = [(str(a), int(size), int(block), int(frame)) for a, size, block, frame in document["events"]]
         result = dict(document["result"])
-        result["peak_bytes"], result["reserved_bytes"]  # noqa: B018 - both must be there
+        int(result["peak_bytes"]), int(result["reserved_bytes"])  # both must be there
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise PlanError(f"{source} has a malformed {SCHEMA} body ({type(exc).__name__}: {exc}); expected events, frames and result.") from exc
     events, segments, oom = [], [], False

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -20,12 +21,12 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from trainmedic.devices import Device
 from trainmedic.errors import PlanError
 from trainmedic.plan.allocator import round_size
-from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
 from trainmedic.plan.cuda.autocast import CudaAutocast
 from trainmedic.plan.cuda.conv import ConvPass, conv_estimates, conv_notes
 from trainmedic.plan.cuda.functions import FunctionsAsOnTarget, use_foreach
 from trainmedic.plan.cuda.kernels import CudaKernels
 from trainmedic.plan.cuda.rnn import flatten_weights
+from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
 from trainmedic.plan.tracker import (
     Allocation,
     CudaToCpu,

@@ -89,7 +89,7 @@ class _CudnnRnn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, grad_h_n, grad_c_n):
-        input, h_0, c_0, y, reserve, *params = ctx.saved_tensors
+        input, h_0, c_0, y, _reserve, *params = ctx.saved_tensors  # the reserve: cuDNN reads it here
         batch_first, workspace_bytes = ctx.layout
         grad_h_n = torch.zeros_like(h_0) if grad_h_n is None else grad_h_n
         grad_c_n = torch.zeros_like(c_0) if grad_c_n is None else grad_c_n
