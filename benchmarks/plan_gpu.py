@@ -115,6 +115,7 @@ def _this_card():
 def _case(name: str, device, plan_only: bool, out: Path | None) -> tuple[dict[str, Any], list[dict]]:
     from trainmedic.plan import load_build
     from trainmedic.plan.learn import learn_workspaces
+    from trainmedic.plan.recorded import write_recorded
     from trainmedic.plan.planner import plan_from_trace
     from trainmedic.plan.trace import trace_step
     from trainmedic.plan.verify import record_on_gpu, verify_against
@@ -135,7 +136,7 @@ def _case(name: str, device, plan_only: bool, out: Path | None) -> tuple[dict[st
         return row, []
     recorded.result["spec"] = spec  # as the repository names it, not this machine's path
     if record is not None:
-        _rewrite(record, recorded)
+        write_recorded(recorded, record)
     verification = verify_against(trace, recorded, name)
     row.update({"real": recorded.result, **verification.to_dict()})
     entries, _ = learn_workspaces(trace, recorded) if trace.conv_passes else ([], 0)
@@ -173,13 +174,6 @@ def _print_row(name: str, row: dict[str, Any]) -> None:
     print(f"{name:28s} peak {row['planned']['peak_bytes'] / MiB:10.1f} vs {row['recorded']['peak_bytes'] / MiB:10.1f} MiB "
           f"{row['peak_error']:+7.2%}  reserved {row['reserved_error']:+7.2%}  peak in {row['planned']['peak_phase']}/"
           f"{row['recorded']['peak_phase']}", flush=True)
-
-
-def _rewrite(path: Path, recorded) -> None:
-    import gzip
-
-    with gzip.open(path, "wt", encoding="utf-8") as handle:
-        json.dump(recorded.to_dict(), handle)
 
 
 def _write(out: Path, device, rows: dict[str, Any], learned: list[dict]) -> None:

@@ -16,27 +16,18 @@ kinds of model it was never fitted to are known:
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+# The transformer block of the recorded set (its pre-norm block with SDPA), from benchmarks/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import plan_zoo  # noqa: E402
+
 # -- ViT with SDPA ----------------------------------------------------------------------------
-
-
-class _Encoder(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        x = x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, s, d))
-        return x + self.mlp(self.norm2(x))
 
 
 class _ViT(nn.Module):
@@ -45,7 +36,7 @@ class _ViT(nn.Module):
         self.patch = nn.Conv2d(3, dim, patch, stride=patch)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos = nn.Parameter(torch.zeros(1, (224 // patch) ** 2 + 1, dim))
-        self.blocks = nn.Sequential(*(_Encoder(dim, heads) for _ in range(depth)))
+        self.blocks = nn.Sequential(*(plan_zoo._Block(dim, heads, sdpa=True) for _ in range(depth)))
         self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

@@ -346,6 +346,8 @@ def test_a_trace_of_another_build_is_refused_with_what_it_records(mlp):
         (["--batch", "8", "--verify-trace", "missing.json.gz"], "--verify-trace missing.json.gz: no such file"),
         (["--batch", "8", "--verify", "--verify-trace", "t.json"], "give --verify (run the step on this machine's GPU) or --verify-trace"),
         (["--batch", "8", "--record", "t.json.gz"], "--record keeps the recording of --verify; add --verify"),
+        (["--verify"], "give the batch to verify with --batch N (or --max-batch: its answer is then run on the card)"),
+        (["--max-batch", "--verify-trace", "t.json"], "--verify-trace checks the batch it recorded; --max-batch's answer is checked"),
     ],
 )
 def test_verify_options_used_wrongly_are_refused_first(mlp, args, message):
@@ -355,8 +357,30 @@ def test_verify_options_used_wrongly_are_refused_first(mlp, args, message):
     assert message in result.stderr
 
 
+def test_a_trace_of_another_card_is_refused_with_the_card_it_was_recorded_on(tm):
+    trace = TRUTH / "traces" / "mlp_adam_b4096.json.gz"
+    result = tm("plan", str(TRUTH / "models" / "mlp_adam.py"), "--device", "t4", "--verify-trace", str(trace))
+    assert result.returncode == 2
+    assert "was recorded on NVIDIA H200 (h200); the plan is for t4" in result.stderr and "--device h200" in result.stderr
+
+
+def test_precision_is_read_in_any_case_when_verifying(tm):
+    trace = TRUTH / "traces" / "transformer_sdpa_bf16_b16.json.gz"
+    build = Path(__file__).resolve().parents[2] / "benchmarks" / "plan_zoo.py"
+    result = tm("plan", f"{build}:build_transformer_sdpa", "--precision", "BF16", "--verify-trace", str(trace), "--quiet")
+    assert result.returncode == 0, result.stderr
+
+
 def test_a_file_that_is_no_trace_is_refused(mlp):
     (mlp.cwd / "t.json").write_text('{"schema": "trainmedic.plan/1"}')
     result = mlp("plan", "model.py", "--device", "h200", "--batch", "8", "--verify-trace", "t.json")
     assert result.returncode == 2
     assert "t.json is not a gpu-alloc-trace/1 document (schema 'trainmedic.plan/1')" in result.stderr
+
+
+def test_the_cli_names_the_lower_bound_level_as_the_planner_does():
+    # Named twice so that the command starts without importing torch.
+    from trainmedic.cli import plan_verify
+    from trainmedic.plan import confidence
+
+    assert plan_verify.LOWER_BOUND == confidence.LOWER_BOUND

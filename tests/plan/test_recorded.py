@@ -70,6 +70,7 @@ def test_an_out_of_memory_event_marks_the_recording():
         ([1, 2], "is not a gpu-alloc-trace/1 document (schema 'list')"),
         ({"schema": SCHEMA, "frames": [], "events": [["a", 1]], "result": RESULT}, "has a malformed gpu-alloc-trace/1 body"),
         ({"schema": SCHEMA, "frames": [], "events": [], "result": {"peak_bytes": 1}}, "has a malformed gpu-alloc-trace/1 body"),
+        ({"schema": SCHEMA, "frames": [], "events": [], "result": {"peak_bytes": 0, "reserved_bytes": 0}}, "records no allocation"),
     ],
 )
 def test_a_document_that_is_no_recording_is_refused_by_name(document, message):

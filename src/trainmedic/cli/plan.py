@@ -7,6 +7,7 @@ start fast.
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import os
 import re
@@ -62,6 +63,8 @@ class PlanOptions:
 
 def run_plan(options: PlanOptions, out: Console, err: Console) -> int:
     """Make the plan, render it on ``out``, write the JSON, and return the exit code."""
+    if options.precision:
+        options = dataclasses.replace(options, precision=options.precision.lower())
     problem = output_problem([("--json", options.json_path), ("--record", options.record)]) or verify_problem(options)
     if problem:  # found now, not after the traces
         _error(err, problem)

@@ -19,6 +19,9 @@ from rich.text import Text
 
 from trainmedic.units import format_bytes
 
+#: plan.confidence's level of a plan that is a floor (named here: importing plan loads torch).
+LOWER_BOUND = "lower bound"
+
 if TYPE_CHECKING:
     from trainmedic.plan import Plan
     from trainmedic.plan.verify import Verification
@@ -30,6 +33,10 @@ def verify_problem(options) -> str | None:
         return "give --verify (run the step on this machine's GPU) or --verify-trace TRACE (compare with a recording), not both"
     if options.record is not None and not options.verify:
         return "--record keeps the recording of --verify; add --verify"
+    if options.verify_trace is not None and options.max_batch:
+        return "--verify-trace checks the batch it recorded; --max-batch's answer is checked on the card with --verify"
+    if options.verify and options.batch is None and not options.max_batch:
+        return "give the batch to verify with --batch N (or --max-batch: its answer is then run on the card)"
     if options.verify_trace is not None and not options.verify_trace.is_file():
         return f"--verify-trace {options.verify_trace}: no such file; give a gpu-alloc-trace/1 file (.json or .json.gz)"
     if options.verify:
@@ -41,8 +48,9 @@ def verify_problem(options) -> str | None:
 
 def make_verified_plan(options, make_plan: Callable) -> tuple[Plan, Verification]:
     """The plan of ``options``, verified against a real step of the same batch and precision."""
+    from trainmedic.plan.planner import parse_capacity
     from trainmedic.plan.recorded import load_recorded
-    from trainmedic.plan.verify import record_on_gpu, verified_plan
+    from trainmedic.plan.verify import record_on_gpu, recorded_card, verified_plan
 
     if options.verify_trace is not None:
         recorded = load_recorded(options.verify_trace)
@@ -52,8 +60,13 @@ def make_verified_plan(options, make_plan: Callable) -> tuple[Plan, Verification
             options,
             batch=options.batch if options.batch is not None else result.get("batch"),
             precision=options.precision if options.precision is not None else str(result.get("precision", "fp32")),
-            device=options.device if options.device is not None or options.capacity is not None else result.get("device"),
         )
+        if options.device is None and options.capacity is None:
+            card = recorded_card(result)
+            if card is not None:
+                options = dataclasses.replace(options, device=card)
+            elif result.get("memory_bytes"):  # a card the catalog lacks: planned by its memory
+                options = dataclasses.replace(options, capacity=str(result["memory_bytes"]))
         source = str(options.verify_trace)
     else:
         recorded, source = None, "this machine's GPU"
@@ -67,7 +80,8 @@ def make_verified_plan(options, make_plan: Callable) -> tuple[Plan, Verification
     else:
         answer = None
     if recorded is None:
-        recorded = record_on_gpu(options.spec, options.batch, options.precision, options.record)
+        cap = parse_capacity(options.capacity) if options.capacity is not None else None  # a smaller card on this one
+        recorded = record_on_gpu(options.spec, options.batch, options.precision, options.record, cap_bytes=cap)
     plan, verification = verified_plan(options.spec, options.batch, device=options.device, capacity=options.capacity,
                                        precision=options.precision, headroom=options.headroom, recorded=recorded, source=source)
     if answer is not None:
@@ -77,11 +91,14 @@ def make_verified_plan(options, make_plan: Callable) -> tuple[Plan, Verification
 
 
 def within_bound(verification: Verification, plan: Plan) -> bool:
-    """Whether the card's peaks lie within the error the plan claimed for itself."""
-    bound = plan.confidence.bound if plan.confidence is not None else None
-    if bound is None or verification.recorded.out_of_memory:
-        return not verification.recorded.out_of_memory
+    """Whether the card agreed with the plan as far as the plan claimed: within its bound, or,
+    for a lower bound, at or above it; a run out of memory never agrees."""
+    if verification.recorded.out_of_memory:
+        return False
     comparison = verification.comparison
+    if plan.confidence is None or plan.confidence.level == LOWER_BOUND:
+        return comparison.peak_error <= 0
+    bound = plan.confidence.bound
     return abs(comparison.peak_error) <= bound.peak and abs(comparison.reserved_error) <= bound.reserved
 
 
@@ -106,12 +123,15 @@ def render_verification(verification: Verification, plan: Plan, console: Console
         parts.append(Text("first divergence: none; every allocation of 1 MiB or more matches the card's, in order", style="green"))
     else:
         parts.append(Text(f"first divergence: {c.divergence.describe()}"))
-    if plan.confidence is not None:
-        verdict = within_bound(verification, plan)
+    agreed = within_bound(verification, plan)
+    if plan.confidence is None or plan.confidence.level == LOWER_BOUND:
+        text = "the plan is a lower bound and the card's peak is at or above it" if agreed else \
+            "the card's peak is BELOW the plan's lower bound: please report it with the trace"
+    else:
         bound = plan.confidence.bound
-        text = f"within the plan's own bound ({bound.peak:.0%} peak, {bound.reserved:.0%} reserved)" if verdict else \
+        text = f"within the plan's own bound ({bound.peak:.0%} peak, {bound.reserved:.0%} reserved)" if agreed else \
             f"OUTSIDE the plan's own bound ({bound.peak:.0%} peak, {bound.reserved:.0%} reserved): please report it with the trace"
-        parts.append(Text(text, style="green" if verdict else "bold red"))
+    parts.append(Text(text, style="green" if agreed else "bold red"))
     console.print(Group(*parts))
 
 

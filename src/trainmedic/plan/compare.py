@@ -74,6 +74,8 @@ class Comparison:
     recorded: PeakSide
     divergence: Divergence | None
     notes: list[str] = field(default_factory=list)
+    #: What the build held on the card before the first step, as planned.
+    before_step_bytes: int = 0
 
     @property
     def peak_error(self) -> float:
@@ -135,6 +137,7 @@ def compare(trace: Trace, recorded: RecordedStep, min_bytes: int = MIN_BYTES) ->
     blocks: dict[int, Any] = {}
     for event in before:
         _apply(model, blocks, event)
+    before_bytes = model.allocated
     planned = _peak(model, blocks, steps, 0)
     real = _peak(CachingAllocatorModel(), {}, recorded.events, recorded.before_step_bytes)
     # The recording's own counters are the truth; the replay only says when and what was live.
@@ -143,7 +146,7 @@ def compare(trace: Trace, recorded: RecordedStep, min_bytes: int = MIN_BYTES) ->
     notes = []
     if recorded.out_of_memory:
         notes.append("the recorded run ran out of memory: its peak is where it stopped, not a finished step")
-    return Comparison(planned, real, divergence, notes)
+    return Comparison(planned, real, divergence, notes, before_bytes)
 
 
 def _apply(model: CachingAllocatorModel, blocks: dict[int, Any], event: Event) -> None:

@@ -107,9 +107,11 @@ def parse_recorded(document: Any, source: str = "the trace") -> RecordedStep:
         frames = [str(f) for f in document["frames"]]
         rows = [(str(a), int(size), int(block), int(frame)) for a, size, block, frame in document["events"]]
         result = dict(document["result"])
-        int(result["peak_bytes"]), int(result["reserved_bytes"])  # both must be there
+        peaks = int(result["peak_bytes"]), int(result["reserved_bytes"])
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise PlanError(f"{source} has a malformed {SCHEMA} body ({type(exc).__name__}: {exc}); expected events, frames and result.") from exc
+    if min(peaks) <= 0:
+        raise PlanError(f"{source} records no allocation (peak {peaks[0]} B, reserved {peaks[1]} B); record a training step.")
     events, segments, oom = [], [], False
     phases = _PhaseReader()
     for action, size, block, frame in rows:
@@ -123,6 +125,15 @@ def parse_recorded(document: Any, source: str = "the trace") -> RecordedStep:
             step, phase = phases.read(kind, where)
             events.append(Event(kind, size, block, step, phase, where))
     return RecordedStep(events, result, segments, oom or bool(result.get("oom")))
+
+
+def write_recorded(recorded: RecordedStep, path: str | Path) -> Path:
+    """Write a recording as ``gpu-alloc-trace/1``, gzip'd when the name ends in ``.gz``."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", encoding="utf-8") as handle:
+        json.dump(recorded.to_dict(), handle)
+    return path
 
 
 def from_snapshot(snapshot: dict[str, Any], result: dict[str, Any], device_index: int = 0) -> RecordedStep:

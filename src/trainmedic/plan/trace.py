@@ -127,6 +127,7 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
         trace.notes.extend(conv_notes(device, gpu.conv_sources))
         trace.estimates.extend(conv_estimates(gpu.conv_sources))
         trace.estimates.extend(on_target.estimates)
+        trace.estimates.extend(gpu.unmodelled)
     return trace
 
 
@@ -182,6 +183,17 @@ def unpack_build(parts: Any, build: Callable) -> tuple:
     if loss_fn is not None and not callable(loss_fn):
         raise PlanError(f"'loss_fn' is a {type(loss_fn).__name__}, expected a callable taking the model's output.")
     return model, inputs, parts.get("optimizer"), loss_fn
+
+
+def map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``value`` with ``fn`` applied to every tensor in it (nested dicts, tuples and lists kept)."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, fn) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(map_tensors(v, fn) for v in value)
+    return value
 
 
 def tensors_of(value: Any) -> list[torch.Tensor]:

@@ -261,7 +261,7 @@ class StorageTracker(TorchDispatchMode):
             workspace = torch.empty(int(RNN_WORKSPACE_BYTES_PER_UNIT * output.numel()), dtype=torch.uint8)
             self.notes.append(
                 "LSTM workspace estimated at 62.6 bytes per time step x sample x hidden unit per layer "
-                "(measured for oneDNN on the CPU; cuDNN's reserve space on a GPU is assumed alike)"
+                "(measured for oneDNN on the CPU)"
             )
         return output, hy, cy, workspace
 

@@ -12,7 +12,6 @@ and writes a ``gpu-alloc-trace/1`` file; ``verify_against`` compares it with the
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmedic.errors import PlanError
-from trainmedic.plan.compare import Comparison, before_step_bytes, compare
+from trainmedic.plan.compare import Comparison, compare
 from trainmedic.plan.model import Plan
 from trainmedic.plan.recorded import RecordedStep, load_recorded
 from trainmedic.plan.trace import Trace
@@ -96,13 +95,11 @@ def verified_plan(spec: str, batch_size: int | None, *, device: str | None, capa
         raise PlanError("give the batch size to verify (--batch N)")
     check_batch(batch_size)
     if precision not in PRECISIONS:
-        raise PlanError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}; e.g. --precision bf16.")
+        raise PlanError(f"--precision {precision} is not one of {', '.join(PRECISIONS)}; e.g. --precision bf16.")
     target = resolve_device(device, capacity)
+    check_recording(recorded, batch_size, precision, target, source, spec)  # before the trace: it can take a while
     trace = trace_step(load_build(spec), batch_size, target, precision)
     plan = plan_from_trace(trace, target, resolve_capacity(target, capacity), precision, headroom)
-    if recorded.precision != precision:
-        raise PlanError(f"{source} records a {recorded.precision} step, not {precision}: give --precision {recorded.precision}, "
-                        f"or record a {precision} step on the card with --verify --record TRACE")
     verification = verify_against(trace, recorded, source, spec)
     plan.verification = verification.to_dict()
     return plan, verification
@@ -110,24 +107,48 @@ def verified_plan(spec: str, batch_size: int | None, *, device: str | None, capa
 
 def verify_against(trace: Trace, recorded: RecordedStep, source: str, spec: str | None = None) -> Verification:
     """Compare the plan's trace with a recording, after checking that it records this build."""
-    check_same_build(trace, recorded, source, spec)
-    return Verification(compare(trace, recorded), recorded, source)
-
-
-def check_same_build(trace: Trace, recorded: RecordedStep, source: str, spec: str | None = None) -> None:
-    """A recording of another batch, precision or model is refused with what it does record."""
-    result = recorded.result
-    what = f"{result.get('spec', 'a build')} at batch {result.get('batch', '?')}, {result.get('precision', 'fp32')}"
-    fix = f"record this one on the card with `trainmedic plan {spec or 'SPEC'} --batch {trace.batch_size} --verify --record TRACE`"
-    if result.get("batch") is not None and int(result["batch"]) != trace.batch_size:
-        raise PlanError(f"{source} records {what}, not batch {trace.batch_size}: {fix}")
-    planned_before = before_step_bytes(trace)
-    measured = recorded.before_step_bytes
-    if measured and abs(planned_before - measured) > BEFORE_TOLERANCE * max(planned_before, measured):
+    comparison = compare(trace, recorded)
+    measured, planned = recorded.before_step_bytes, comparison.before_step_bytes
+    if measured and abs(planned - measured) > BEFORE_TOLERANCE * max(planned, measured):
         raise PlanError(
-            f"{source} records {what}, whose parameters and inputs took {format_bytes(measured)} on the card; this build's "
-            f"take {format_bytes(planned_before)}: it is a recording of another model. {fix}"
+            f"{source} records {_what(recorded)}, whose parameters and inputs took {format_bytes(measured)} on the card; this "
+            f"build's take {format_bytes(planned)}: it is a recording of another model. {_fix(spec, trace.batch_size)}"
         )
+    return Verification(comparison, recorded, source)
+
+
+def check_recording(recorded: RecordedStep, batch_size: int, precision: str, target, source: str, spec: str | None) -> None:
+    """A recording of another batch, precision or card is refused with what it does record."""
+    result = recorded.result
+    if result.get("batch") is not None and int(result["batch"]) != batch_size:
+        raise PlanError(f"{source} records {_what(recorded)}, not batch {batch_size}: {_fix(spec, batch_size)}")
+    if recorded.precision != precision:
+        raise PlanError(f"{source} records a {recorded.precision} step, not {precision}: give --precision {recorded.precision}, "
+                        f"or {_fix(spec, batch_size)}")
+    card = recorded_card(result)
+    if card is not None and target.is_gpu and target.key != "custom" and card != target.key:
+        raise PlanError(f"{source} was recorded on {result.get('device')} ({card}); the plan is for {target.key}: a plan is held "
+                        f"to a step of its own card: give --device {card}")
+
+
+def recorded_card(result: dict[str, Any]) -> str | None:
+    """The catalog key of the card a recording was made on, or None for a card the catalog lacks."""
+    from trainmedic.devices import get_device
+    from trainmedic.errors import DeviceError
+
+    try:
+        return get_device(str(result["device"])).key if result.get("device") else None
+    except DeviceError:
+        return None
+
+
+def _what(recorded: RecordedStep) -> str:
+    result = recorded.result
+    return f"{result.get('spec', 'a build')} at batch {result.get('batch', '?')}, {result.get('precision', 'fp32')}"
+
+
+def _fix(spec: str | None, batch_size: int) -> str:
+    return f"record this one on the card with `trainmedic plan {spec or 'SPEC'} --batch {batch_size} --verify --record TRACE`"
 
 
 def _child_env() -> dict[str, str]:
@@ -144,9 +165,9 @@ def _child_env() -> dict[str, str]:
 def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes: int = 0) -> int:
     import torch
 
-    from trainmedic.plan.recorded import from_snapshot
+    from trainmedic.plan.recorded import from_snapshot, write_recorded
     from trainmedic.plan.spec import load_build
-    from trainmedic.plan.trace import PRECISIONS, call_build, forward, loss_of, tensors_of, unpack_build
+    from trainmedic.plan.trace import PRECISIONS, call_build, forward, loss_of, map_tensors, tensors_of, unpack_build
 
     device = torch.device("cuda")
     torch.cuda.init()
@@ -156,7 +177,7 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes:
     with device:  # tensors the build makes (a loss_fn's targets too) land on the card
         model, inputs, optimizer, loss_fn = unpack_build(call_build(build, batch_size), build)
     model.to(device)
-    inputs = _to_device(inputs, device)
+    inputs = map_tensors(inputs, lambda t: t.to(device))
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         optimizer = optimizer(model.parameters())
     dtype = PRECISIONS[precision]
@@ -178,6 +199,7 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes:
     torch.cuda.memory._record_memory_history(enabled="all", stacks="python", max_entries=4_000_000)
     result: dict[str, Any] = {"spec": spec, "batch": batch_size, "precision": precision,
                               "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                              "memory_bytes": torch.cuda.get_device_properties(0).total_memory,
                               "before_step_bytes": torch.cuda.memory_allocated(), "cap_bytes": cap_bytes or None,
                               "inputs": [list(t.shape) for t in tensors_of(inputs)]}
     torch.cuda.reset_peak_memory_stats()
@@ -193,30 +215,8 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes:
         result["error"] = str(exc).splitlines()[0][:300]
     result["peak_bytes"] = torch.cuda.max_memory_allocated()
     result["reserved_bytes"] = torch.cuda.max_memory_reserved()
-    recorded = from_snapshot(torch.cuda.memory._snapshot(), result)
-    _write(recorded.to_dict(), out)
+    write_recorded(from_snapshot(torch.cuda.memory._snapshot(), result), out)
     return 0
-
-
-def _to_device(value: Any, device) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: _to_device(v, device) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
-
-
-def _write(document: dict, path: Path) -> None:
-    import gzip
-
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wt", encoding="utf-8") as handle:
-        json.dump(document, handle)
 
 
 if __name__ == "__main__":

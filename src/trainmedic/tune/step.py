@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from trainmedic.errors import TuneError
-from trainmedic.plan.trace import call_build, forward, loss_of, unpack_build
+from trainmedic.plan.trace import call_build, forward, loss_of, map_tensors, unpack_build
 from trainmedic.tune.model import Config
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -96,16 +96,13 @@ def _grad_scaler(device: torch.device):
 
 
 def _to_device(value: Any, device: torch.device, memory_format: tuple | None) -> Any:
-    if isinstance(value, torch.Tensor):
-        value = value.to(device)
-        if memory_format is not None and value.dim() == memory_format[1] and value.is_floating_point():
-            value = value.contiguous(memory_format=memory_format[0])
-        return value
-    if isinstance(value, dict):
-        return {k: _to_device(v, device, memory_format) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to_device(v, device, memory_format) for v in value)
-    return value
+    def move(t: torch.Tensor) -> torch.Tensor:
+        t = t.to(device)
+        if memory_format is not None and t.dim() == memory_format[1] and t.is_floating_point():
+            t = t.contiguous(memory_format=memory_format[0])
+        return t
+
+    return map_tensors(value, move)
 
 
 def _optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optimizer | None:

@@ -32,8 +32,10 @@ def sdpa_kernel(device: Device, dtype: torch.dtype, head_dim: int, masked: bool 
     """The kernel ``scaled_dot_product_attention`` picks on the target for these inputs."""
     if not device.is_gpu:
         return "cpu flash"
+    if dims != 4:  # every fused kernel takes (B, H, S, D)
+        return MATH
     capability = device.compute_capability or (0, 0)
-    cudnn = capability >= (9, 0) and dtype in _HALF and head_dim <= 128 and head_dim % 8 == 0 and not masked and dims == 4
+    cudnn = capability >= (9, 0) and dtype in _HALF and head_dim <= 128 and head_dim % 8 == 0 and not masked
     flash = capability >= (8, 0) and dtype in _HALF and head_dim <= 256 and head_dim % 8 == 0 and not masked
     efficient = (dtype == torch.float32 or dtype == torch.float16 or (dtype == torch.bfloat16 and capability >= (8, 0))) \
         and head_dim % (4 if dtype == torch.float32 else 8) == 0
@@ -70,7 +72,7 @@ def backward_buffers(kernel: str, grad_out: torch.Tensor, query: torch.Tensor) -
       gradient, ``delta = (grad_out * out).sum(-1)`` made through an fp32 product, and in fp32 a
       dQ accumulator workspace (measured on an H200: B·S·H·D·4 + 8 KiB for B=2, H=16, S=1024, D=128).
     """
-    batch, heads, seq, head_dim = (int(s) for s in query.shape[-4:]) if query.dim() >= 4 else (1, *query.shape)
+    batch, heads, seq, head_dim = (int(s) for s in query.shape)  # a fused kernel's query is 4-D
     if kernel == FLASH:
         rows = (seq + 127) // 128 * 128
         return [batch * heads * rows * 4, batch * rows * heads * ((head_dim + 31) // 32 * 32) * 4]

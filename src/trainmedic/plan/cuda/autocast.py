@@ -78,13 +78,17 @@ class CudaAutocast:
 
     def __enter__(self) -> CudaAutocast:
         self._library = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
-            for name in _cpu_only_ops():
-                self._library.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")
-            for name, policy in CUDA_POLICY.items():
-                if _exists(name):
-                    self._library.impl(name, self._kernel(name, policy), "AutocastCPU")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
+                for name in _cpu_only_ops():
+                    self._library.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")
+                for name, policy in CUDA_POLICY.items():
+                    if _exists(name):
+                        self._library.impl(name, self._kernel(name, policy), "AutocastCPU")
+        except BaseException:
+            self.__exit__(None, None, None)  # the CPU's own kernels back, whatever was registered
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -109,16 +113,20 @@ class CudaAutocast:
             low = torch.get_autocast_dtype("cpu")
             with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)):
                 if policy == _LOWER:
-                    args, kwargs = tree_map(lambda a: self._cast(a, low), (args, kwargs))
+                    args, kwargs = tree_map(lambda a: self._cached_cast(a, low), (args, kwargs))
                 elif policy == _FP32:
                     args, kwargs = tree_map(lambda a: _cast(a, torch.float32), (args, kwargs))
                 elif policy == _SET_DTYPE:
                     if _eligible(args[0]):
                         args, kwargs = _with_dtype(op, args, kwargs, torch.float32)
                 elif policy == _APPEND_DTYPE and _eligible(args[0]):
-                    # norm.Scalar(self, p) / norm.ScalarOpt_dim(self, p, dim, keepdim) + dtype=float
-                    appended = torch.ops.aten.norm.ScalarOpt_dtype if overload == "Scalar" else torch.ops.aten.norm.ScalarOpt_dim_dtype
-                    return appended(*args, **kwargs, dtype=torch.float32)
+                    # norm.Scalar(self, p=2) / norm.ScalarOpt_dim(self, p, dim, keepdim=False), called
+                    # with dtype=float; a Python kernel gets the call without its trailing defaults.
+                    bound = {**dict(zip(("self", "p", "dim", "keepdim"), args)), **kwargs}
+                    if overload == "Scalar":
+                        return torch.ops.aten.norm.ScalarOpt_dtype(bound["self"], bound.get("p", 2), dtype=torch.float32)
+                    return torch.ops.aten.norm.ScalarOpt_dim_dtype(bound["self"], bound["p"], bound["dim"], bound.get("keepdim", False),
+                                                                  dtype=torch.float32)
                 elif policy == _PROMOTE:
                     widest = low
                     for a in _tensors(args, kwargs):
@@ -134,7 +142,7 @@ class CudaAutocast:
 
         return kernel
 
-    def _cast(self, value: Any, dtype: torch.dtype) -> Any:
+    def _cached_cast(self, value: Any, dtype: torch.dtype) -> Any:
         """``cached_cast``: a parameter's cast is made once per region and kept until it ends."""
         if not _eligible(value) or value.dtype == dtype:
             return value

@@ -34,9 +34,10 @@ _DROPOUT_NOTE = "attention dropout planned as the GPU kernels run it (an RNG see
 class FunctionsAsOnTarget(TorchFunctionMode):
     """Trace the functions whose CUDA implementation allocates differently from the CPU one.
 
-    - ``scaled_dot_product_attention`` with ``dropout_p > 0``: the CPU takes the math path and
-      materialises B·H·S² scores and a mask; the GPU's fused kernels draw dropout from an RNG
-      seed and keep neither, so the call is traced without dropout.
+    - ``scaled_dot_product_attention``: traced through the op of the kernel the card picks
+      (plan.cuda.attention), which draws dropout from an RNG seed and keeps no B·H·S² mask; where
+      the card would take the math path, the CPU's kernel stands in;
+    - ``_VF.lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu``: cuDNN's allocations (plan.cuda.rnn);
     - ``dropout`` in training: CUDA runs ``native_dropout`` (a one-byte mask beside the output);
       the CPU multiplies by a noise tensor of the input's dtype, four times the mask in fp32.
     - ``linear`` with a bias on a non-contiguous input of more than two dimensions: ATen adds
@@ -61,9 +62,10 @@ class FunctionsAsOnTarget(TorchFunctionMode):
         self._by_original[torch.dropout_] = lambda input, p, train: self.dropout(input, p, train, inplace=True)
 
     def __enter__(self):
+        entered = super().__enter__()
         for name in _ORIGINALS:
             setattr(F, name, getattr(self, name))
-        return super().__enter__()
+        return entered
 
     def __exit__(self, *exc):
         for name, original in _ORIGINALS.items():
@@ -84,7 +86,7 @@ class FunctionsAsOnTarget(TorchFunctionMode):
         # _VF.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first),
         # gru/rnn_* with hx a tensor; the packed-sequence form (input, batch_sizes, ...) stays on
         # the traced CPU path.
-        packed = len(args) != 9 or (mode == "lstm" and not isinstance(args[1], (tuple, list)))
+        packed = len(args) != 9 or isinstance(args[3], (list, tuple))  # (data, batch_sizes, hx, params, ...)
         if packed:
             return getattr(torch, mode)(*args)
         note = rnn.note(mode)
@@ -101,6 +103,10 @@ class FunctionsAsOnTarget(TorchFunctionMode):
 
     def scaled_dot_product_attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                      enable_gqa=False):
+        if torch.is_autocast_enabled("cpu"):
+            # Autocast casts q, k and v before the kernel is picked (sdpa is on its lower-precision list).
+            low = torch.get_autocast_dtype("cpu")
+            query, key, value = (t.to(low) if t.is_floating_point() and t.dtype != torch.float64 else t for t in (query, key, value))
         kernel = attention.sdpa_kernel(self._device, query.dtype, int(query.shape[-1]), attn_mask is not None, query.dim())
         fused = kernel != attention.MATH
         if dropout_p and fused and _DROPOUT_NOTE not in self._notes:

@@ -7,6 +7,7 @@ when the kernel returns) or persistent (cuBLAS's, kept by the process).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -38,17 +39,31 @@ class CudaKernels:
     #: Each convolution pass planned, with the sid of its workspace (None: it took none).
     conv_passes: list[tuple[int | None, conv.ConvPass]] = field(default_factory=list)
     _conv_hows: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: What the hook could not model, as plan.confidence lists its reasons.
+    unmodelled: list[str] = field(default_factory=list)
     _workspaces: set[tuple[str, str]] = field(default_factory=set)
 
     def __call__(self, tracker: StorageTracker, func, args, out, where: str) -> None:
         name = func.__name__.split(".")[0]
+        try:
+            self._dispatch(tracker, func, name, args, out, where)
+        except Exception as exc:  # noqa: BLE001 - a gap in this model is not the user's error
+            # The step goes on with the op's own tensors; the plan says what it did not model.
+            gap = f"the card's own buffers of {name} are not modelled ({type(exc).__name__}: {exc})"
+            if gap not in self.unmodelled:
+                self.unmodelled.append(gap)
+
+    def _dispatch(self, tracker: StorageTracker, func, name: str, args, out, where: str) -> None:
         if name in blas.MATMULS:
             self._gemm(tracker, name, args, where)
         elif name in _REDUCTIONS:
             self._reduction(tracker, func, name, args, where)
         elif name == "_softmax_backward_data":
-            # SoftMax.cu's backward computes ``grad * output`` into a temporary before its kernel.
-            tracker.add_transient(args[0].untyped_storage().nbytes(), "softmax backward grad*output", where)
+            # SoftMax.cu's backward computes ``grad * output`` into a temporary before its kernel:
+            # output-shaped, whatever the gradient's strides (an expanded scalar's included).
+            grad, output = args[0], args[1]
+            itemsize = torch.promote_types(grad.dtype, output.dtype).itemsize
+            tracker.add_transient(output.numel() * itemsize, "softmax backward grad*output", where)
         elif name in _CONVS:
             self._convolution(tracker, name, args, out, where)
         elif name == "logsumexp":
@@ -92,17 +107,19 @@ class CudaKernels:
             # The bias gradient is a reduction of grad_output over every dimension but channels.
             grad_output = args[0]
             dims = [d for d in range(grad_output.dim()) if d != 1]
-            self._reduce(tracker, reduce.reduction_of(grad_output, dims, 8 if grad_output.dtype == torch.float64 else 4), where)
+            self._reduce(tracker, reduce.reduction_of(grad_output, dims, _float_acc(grad_output.dtype)), where)
 
     def _logsumexp(self, tracker: StorageTracker, func, args: tuple, where: str) -> None:
         # ReduceOps.cpp: maxes = amax(self, dims, keepdim=True), then sum((self - maxes).exp_())
         # into the result: an input-sized temporary the CPU's fake kernel never shows.
         input = args[0]
+        if input.dim() == 0:
+            return
         dims = _reduced_dims(func, args)
         reduced = [d % input.dim() for d in dims] if dims else list(range(input.dim()))
-        maxes = input.element_size() * max(1, input.numel() // max(1, _prod(input.shape[d] for d in reduced)))
+        maxes = input.element_size() * max(1, input.numel() // max(1, math.prod(input.shape[d] for d in reduced)))
         self._reduce(tracker, reduce.reduction_of(input, dims, input.element_size()), where)  # amax
-        staging = reduce.buffers(reduce.reduction_of(input, dims, 4 if input.dtype != torch.float64 else 8),
+        staging = reduce.buffers(reduce.reduction_of(input, dims, _float_acc(input.dtype)),
                                  self.device.sm_count, self.device.threads_per_sm)
         tracker.add_transients([maxes, input.numel() * input.element_size(), *(b for b in staging if b)],
                                "logsumexp max, shifted copy and sum", where)
@@ -126,8 +143,8 @@ class CudaKernels:
         acc, vt0 = _REDUCTIONS[name]
         if acc is None:
             acc = input.element_size()
-        elif input.dtype == torch.float64:
-            acc *= 2
+        elif acc == 4:  # a float accumulator, a double one for float64
+            acc = _float_acc(input.dtype)
         self._reduce(tracker, reduce.reduction_of(input, _reduced_dims(func, args), acc, vt0), where)
 
     def _reduce(self, tracker: StorageTracker, reduction: reduce.Reduction, where: str) -> None:
@@ -145,11 +162,9 @@ def _embedding_backward_buffers(indices: int, dim: int) -> list[int]:
     return [8 * indices] * 5 + [8 * partials, 4 * partials * dim]
 
 
-def _prod(values) -> int:
-    result = 1
-    for v in values:
-        result *= int(v)
-    return result
+def _float_acc(dtype: torch.dtype) -> int:
+    """``acc_type`` of a floating reduction: float for half, bfloat16 and float, double for double."""
+    return 8 if dtype == torch.float64 else 4
 
 
 def _reduced_dims(func, args: tuple) -> list[int] | None:

@@ -117,6 +117,8 @@ def _output_vec_size(shape, strides, nred, item_bytes) -> int:
 def reduction_of(input: torch.Tensor, dims: list[int] | None, acc_bytes: int, vt0: int = 4) -> Reduction:
     """The iterator ``TensorIterator`` builds for reducing ``input`` over ``dims`` (None: all)."""
     ndim = input.dim()
+    if ndim == 0:  # a scalar: nothing to split
+        return Reduction((), (), 0, acc_bytes, input.element_size(), vt0)
     reduced = set(range(ndim)) if dims is None or len(dims) == 0 else {d % ndim for d in dims}
     item = input.element_size()
     sizes, in_strides = list(input.shape), [s * item for s in input.stride()]

@@ -30,7 +30,8 @@ WORKSPACE_BYTES_PER_UNIT = 33  # per time step x sample x hidden unit x directio
 WORKSPACE_EXTRA = 1280
 def note(mode: str) -> str:
     """What the plan says of an RNN it planned as cuDNN runs it."""
-    rates = "its reserve (22 B) and workspace (33 B per time step x sample x hidden unit) at the rates measured on an H200 with cuDNN 9"
+    rates = (f"its reserve ({RESERVE_BYTES_PER_UNIT} B) and workspace ({WORKSPACE_BYTES_PER_UNIT} B per time step x sample x "
+             "hidden unit) at the rates measured on an H200 with cuDNN 9")
     if mode != "lstm":
         rates += f" for an LSTM, scaled by its {GATES[mode]} gates to the LSTM's 4"
     return f"{mode.upper().replace('_', ' ')} planned as cuDNN runs it, with {rates}; other cards and cuDNN versions may differ"
@@ -62,14 +63,14 @@ def cudnn_rnn(mode: str, input, hx, params, has_biases, num_layers, dropout, tra
     (output, h_n, c_n) for an LSTM, (output, h_n) for the others."""
     h_0, c_0 = (hx[0], hx[1]) if mode == "lstm" else (hx, None)
     directions = 2 if bidirectional else 1
-    hidden = h_0.shape[-1]
+    hidden = (c_0 if c_0 is not None else h_0).shape[-1]  # an LSTM with proj_size: h_0 is the projection
     scale = input.element_size() / 4 * GATES[mode] / GATES["lstm"]
     steps, batch = (input.shape[1], input.shape[0]) if batch_first else (input.shape[0], input.shape[1])
     units = steps * batch * hidden * directions
-    sizes = (int(RESERVE_BYTES_PER_UNIT * scale * units * num_layers) + RESERVE_EXTRA,
-             int(WORKSPACE_BYTES_PER_UNIT * scale * units) + WORKSPACE_EXTRA)
+    reserve = int(RESERVE_BYTES_PER_UNIT * scale * units * num_layers) + RESERVE_EXTRA if train else 0  # inference keeps none
+    sizes = (reserve, int(WORKSPACE_BYTES_PER_UNIT * scale * units) + WORKSPACE_EXTRA)
     cell = c_0 if c_0 is not None else h_0.new_empty(0)
-    output, h_n, c_n = _CudnnRnn.apply(input, h_0, cell, sizes, batch_first, hidden * directions, *params)
+    output, h_n, c_n = _CudnnRnn.apply(input, h_0, cell, sizes, batch_first, h_0.shape[-1] * directions, *params)
     return (output, h_n, c_n) if mode == "lstm" else (output, h_n)
 
 
