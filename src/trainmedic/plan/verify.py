@@ -167,7 +167,15 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes:
 
     from trainmedic.plan.recorded import from_snapshot, write_recorded
     from trainmedic.plan.spec import load_build
-    from trainmedic.plan.trace import PRECISIONS, call_build, forward, loss_of, map_tensors, tensors_of, unpack_build
+    from trainmedic.plan.trace import (
+        PRECISIONS,
+        call_build,
+        forward,
+        loss_of,
+        map_tensors,
+        tensors_of,
+        unpack_build,
+    )
 
     device = torch.device("cuda")
     torch.cuda.init()
