@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from trainmedic.plan import plan_memory
-from trainmedic.plan.tracker import _on_cpu
+from trainmedic.plan.fake_device import _on_cpu
 
 
 def _model() -> nn.Module:

@@ -26,16 +26,9 @@ from trainmedic.plan.cuda.conv import ConvPass, conv_estimates, conv_notes
 from trainmedic.plan.cuda.functions import FunctionsAsOnTarget, use_foreach
 from trainmedic.plan.cuda.kernels import CudaKernels
 from trainmedic.plan.cuda.rnn import flatten_weights
+from trainmedic.plan.fake_device import CudaToCpu, DeepcopyByClone, modules_stay_on_cpu
 from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
-from trainmedic.plan.tracker import (
-    Allocation,
-    CudaToCpu,
-    DeepcopyByClone,
-    GradFnLabeller,
-    StorageTracker,
-    is_user_code,
-    modules_stay_on_cpu,
-)
+from trainmedic.plan.tracker import Allocation, GradFnLabeller, StorageTracker, is_user_code
 
 PRECISIONS = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

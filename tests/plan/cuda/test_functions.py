@@ -34,7 +34,7 @@ def test_fused_dropout_keeps_a_one_byte_mask_made_before_its_output():
 
 
 def test_deepcopy_of_a_fake_parameter_keeps_it_a_parameter():
-    from trainmedic.plan.tracker import DeepcopyByClone
+    from trainmedic.plan.fake_device import DeepcopyByClone
 
     with FakeTensorMode(), DeepcopyByClone():
         layer = copy.deepcopy(nn.Linear(4, 8))
