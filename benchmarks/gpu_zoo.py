@@ -86,6 +86,14 @@ def check(expect: dict[str, Any], where: str, report: dict[str, Any], want_cuda:
         problems.append(f"ran on {report.get('device', {}).get('kind')!r}, not on CUDA")
     if report.get("bottleneck") != expect["bottleneck"]:
         problems.append(f"bottleneck {report.get('bottleneck')!r}, expected {expect['bottleneck']!r}")
+    if expect["bottleneck"] is None:  # a script that ends before any step: its line, no verdict
+        if report.get("evidence") != "none" or report.get("findings"):
+            problems.append(f"evidence {report.get('evidence')!r} with {len(report.get('findings') or [])} finding(s)")
+        if f"(at {where})" not in (report.get("message") or ""):
+            problems.append(f"message {report.get('message')!r} does not name {where}")
+        return problems
+    if expect.get("loop") and report.get("evidence") != "loop":
+        problems.append(f"evidence {report.get('evidence')!r}, expected the loop's iterations as steps")
     findings = report.get("findings") or []
     if not findings:
         return problems + ["no findings"]
@@ -133,7 +141,7 @@ def run_scenario(script: Path, timeout: float, want_cuda: bool) -> dict[str, Any
         "exit_code": exit_code,
         "wall_s": wall,
     }
-    if exit_code != 0 or report is None:
+    if exit_code != expect.get("exit_code", 0) or report is None:
         result.update(passed=False, problems=[f"exit code {exit_code}" + ("" if report else ", no report")],
                       stderr_tail=stderr[-3000:])
         return result

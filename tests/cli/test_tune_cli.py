@@ -97,3 +97,38 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130(tmp_path):
     assert child.returncode == 130, err
     assert "stopped by Ctrl+C after 2 measured configurations" in out
     assert "batch 1 · fp32" in out and "batch 2 · fp32" in out
+
+
+def test_a_budget_holds_for_the_whole_command_even_when_one_configuration_takes_longer(tmp_path):
+    # Each step of slow_step at batch 512 takes seconds here; measuring it (first step, warm-up,
+    # 3 trials) takes far longer than the budget. It used to be measured to the end whatever
+    # the budget (and the budget's clock started after importing torch and loading the build).
+    budget_s = 8.0
+    started = time.monotonic()
+    done = tune(f"{BUILDS}:slow_step", "--device", "cpu", "--batch", "512", "--precision", "fp32", "--compile", "off",
+                "--trials", "3", "--budget", f"{budget_s:g}s", "--json", "t.json", cwd=tmp_path)
+    wall = time.monotonic() - started
+    assert done.returncode == 1, done.stderr  # nothing measured in time: no answer to read
+    assert "no configuration was measured (the budget of 8.00 s ran out" in done.stderr
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert data["stopped_early"].startswith("the budget of 8.00 s ran out")
+    # What may pass the budget: the torch op in flight at the deadline, rendering, exiting.
+    assert wall < budget_s + 5, f"{wall:.1f} s for a budget of {budget_s:g} s"
+
+
+def test_when_every_configuration_fails_the_exit_code_is_1_and_the_failures_are_shown(tmp_path):
+    done = tune(f"{BUILDS}:nan_after_first", "--device", "cpu", "--batch", "2,4", "--precision", "fp32", "--compile", "off",
+                "--trials", "3", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "No configuration was measured" in done.stdout
+    assert done.stdout.count("batch 2 is not supported by this layer") == 1
+    assert "batch 4 is not supported by this layer" in done.stdout
+
+
+def test_a_build_written_for_the_gpu_is_tuned_on_the_cpu_as_plan_takes_it(tmp_path):
+    done = tune(f"{BUILDS}:gpu_written", "--device", "cpu", "--batch", "4", "--precision", "fp32", "--compile", "off",
+                "--trials", "3", "--json", "t.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert [r["status"] for r in rows] == ["measured"], rows
+    assert "those tensors were put on the CPU" in " ".join(done.stdout.split())

@@ -33,15 +33,20 @@ def expectation(script: Path) -> tuple[dict, str]:
     return expect, f"{script.name}:{marked[0]}"
 
 
-def diagnose(script: Path, tmp_path: Path) -> dict:
+def diagnose(script: Path, tmp_path: Path, exit_code: int = 0) -> dict:
     out = tmp_path / "report.json"
     result = subprocess.run(
         [sys.executable, "-m", "trainmedic", "run", "--quiet", "--json", str(out), script.name],
         cwd=HERE, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == exit_code, result.stderr[-3000:]
     return json.loads(out.read_text(encoding="utf-8"))
+
+
+def verdicts(gpu: bool) -> list[Path]:
+    """The scenarios whose expectation is a verdict (not a run that ends before any step)."""
+    return [s for s in SCENARIOS if expectation(s)[0]["bottleneck"] and bool(expectation(s)[0].get("gpu_only")) == gpu]
 
 
 def test_the_zoo_covers_every_category_that_can_occur():
@@ -51,10 +56,11 @@ def test_the_zoo_covers_every_category_that_can_occur():
     assert kinds >= {"hdf5", "database", "transform", "pool", "logging"}
 
 
-@pytest.mark.parametrize("script", [s for s in SCENARIOS if not expectation(s)[0].get("gpu_only")], ids=lambda p: p.stem)
+@pytest.mark.parametrize("script", verdicts(gpu=False), ids=lambda p: p.stem)
 def test_cpu_scenario_is_diagnosed_at_the_right_line(script, tmp_path):
     expect, where = expectation(script)
     report = diagnose(script, tmp_path)
+    assert report["evidence"] == ("loop" if expect.get("loop") else "steps"), report["notes"]
     summary = {k: round(v, 3) for k, v in report["breakdown"].items() if v}
     assert report["bottleneck"] == expect["bottleneck"], summary
     top = report["findings"][0]
@@ -78,7 +84,17 @@ def test_cpu_scenario_is_diagnosed_at_the_right_line(script, tmp_path):
         assert not any("grew" in f["evidence"] for f in report["findings"])
 
 
-@pytest.mark.parametrize("script", [s for s in SCENARIOS if expectation(s)[0].get("gpu_only")], ids=lambda p: p.stem)
+@pytest.mark.parametrize("script", [s for s in SCENARIOS if not expectation(s)[0]["bottleneck"]], ids=lambda p: p.stem)
+def test_a_script_that_fails_before_any_step_gets_its_line_and_no_verdict(script, tmp_path):
+    expect, where = expectation(script)
+    report = diagnose(script, tmp_path, exit_code=expect["exit_code"])
+    assert (report["outcome"], report["exit_code"]) == (expect["outcome"], expect["exit_code"])
+    assert (report["evidence"], report["bottleneck"], report["findings"]) == ("none", None, [])
+    assert f"(at {where})" in report["message"]
+    assert report["steps"]["count"] == 0
+
+
+@pytest.mark.parametrize("script", verdicts(gpu=True), ids=lambda p: p.stem)
 def test_gpu_scenario_runs_on_a_cpu_and_says_the_gpu_side_was_not_measured(script, tmp_path):
     # The verdicts themselves need a GPU: benchmarks/gpu_zoo.py checks them there.
     report = diagnose(script, tmp_path)

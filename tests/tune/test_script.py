@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from proc_kit import alive, wait_for
 
+from trainmedic.diagnose.rules.compute import batch_option
 from trainmedic.errors import TuneError
 from trainmedic.tune.model import Config
-from trainmedic.tune.script import batch_option, measure_script, script_grid
+from trainmedic.tune.script import measure_script, script_grid
 from trainmedic.tune.script_options import (
     ARGPARSE,
     HYDRA,
@@ -93,10 +94,11 @@ def test_grid_is_the_product_with_the_batch_size_filled_in():
     assert sets == [("batch_size", ["2", "4", "8"]), ("--lr", ["1e-3", "1e-4"]), ("model.layers", ["[1,2]", "[3]"])]
     grid = script_grid(sets)
     assert len(grid) == 3 * 2 * 2
-    assert grid[0] == Config(2, overrides=(("batch_size", "2"), ("--lr", "1e-3"), ("model.layers", "[1,2]")))
-    assert [c.batch_size for c in grid] == [2] * 4 + [4] * 4 + [8] * 4  # first option varies slowest
+    # The batch is what a run shows, never the value set: it stays unknown until then.
+    assert grid[0] == Config(None, overrides=(("batch_size", "2"), ("--lr", "1e-3"), ("model.layers", "[1,2]")))
+    assert [dict(c.overrides)["batch_size"] for c in grid] == ["2"] * 4 + ["4"] * 4 + ["8"] * 4  # first varies slowest
     assert grid[-1].label == "batch_size=8 --lr=1e-4 model.layers=[3]"
-    assert all(c.batch_size is None for c in script_grid(parse_sets(["lr=1,2"])))
+    assert len(script_grid(parse_sets(["batch_size=2,auto"]))) == 2  # "auto": the run shows the batch
 
 
 @pytest.mark.parametrize(("names", "expected"), [
@@ -126,11 +128,9 @@ def test_bad_set_syntax_names_the_text_and_the_form(text, says):
     assert says in message and repr(text) in message and "e.g. --set " in message
 
 
-def test_the_same_option_twice_and_mixed_batch_units_are_refused():
+def test_the_same_option_twice_is_refused():
     with pytest.raises(TuneError, match="twice"):
         parse_sets(["batch_size=2", "--batch-size=4"])
-    with pytest.raises(TuneError, match="'auto' is not a positive whole number"):
-        script_grid(parse_sets(["batch_size=2,auto"]))
 
 
 # --- command lines -------------------------------------------------------------------------------
@@ -185,6 +185,25 @@ def test_a_script_without_a_parser_is_checked_against_its_source(tmp_path):
         check_options(script, ["seed=1"], ["batchsize"])
 
 
+def test_a_global_of_a_script_that_reads_no_arguments_is_no_option(tmp_path):
+    # `batch_size = 32` in a script without a parser: --help trains and lists nothing, and the
+    # global looked like a nanoGPT-style option, so `--set batch_size=64,128` was "tuned".
+    script = write(tmp_path, "train.py", """
+        import torch
+        batch_size = 32
+        x = torch.randn(batch_size, 4)
+    """)
+    with pytest.raises(TuneError) as info:
+        check_options(script, [], ["batch_size"])
+    message = str(info.value)
+    assert "\n" not in message and "train.py has no option --batch_size (from --set batch_size=...)" in message
+    assert "none found" in message and 'fix: give the script an option for it (e.g. parser.add_argument("--batch_size"' in message
+    # The same global in a script whose command line reaches it (nanoGPT's configurator) is one.
+    script = write(tmp_path, "nano.py", "batch_size = 32\nexec(open('configurator.py').read())\n")
+    write(tmp_path, "configurator.py", "import sys\nfor arg in sys.argv[1:]:\n    pass\n")
+    assert check_options(script, [], ["batch_size"]).spellings == {"batch_size": "--batch_size"}
+
+
 def test_hydra_style_is_detected_and_checked_against_the_composed_config(tmp_path):
     script = write(tmp_path, "app.py", HYDRA_LIKE)
     style = check_options(script, ["model.width=8"], ["training.batch_size", "+extra.key", "hydra.run.dir"])
@@ -215,6 +234,84 @@ def test_measure_script_gives_per_trial_speeds_and_more_samples_at_a_larger_batc
     small, large = rows
     # Per-step overhead dominates a tiny MLP: 256x the samples cost far less than 256x the time.
     assert large.samples_per_s > 4 * small.samples_per_s
+
+
+#: Takes --batch-size but trains on a fixed batch of 24 (the option is read and never used).
+IGNORES_BATCH = MLP.replace("x, y = torch.randn(args.batch_size, 32), torch.randn(args.batch_size, 1)",
+                            "x, y = torch.randn(24, 32), torch.randn(24, 1)")
+#: Calls its model with a keyword argument only: the forward hook sees no batch.
+KEYWORD_CALL = """
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=8)
+parser.add_argument("--steps", type=int, default=1000)
+args = parser.parse_args()
+torch.set_num_threads(1)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(32, 1)
+
+    def forward(self, *, features):
+        return self.inner(features)
+
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+x, y = torch.randn(args.batch_size, 32), torch.randn(args.batch_size, 1)
+for _ in range(args.steps):
+    loss = torch.nn.functional.mse_loss(model(features=x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_samples_per_s_count_the_batch_the_model_ran_not_the_value_set(tmp_path):
+    script = write(tmp_path, "train.py", IGNORES_BATCH)
+    style = argparse_style(batch_size="--batch-size")
+    row = measure_script(script, ["--steps", "1000"], script_grid(parse_sets(["batch_size=512"]))[0], steps=12, trials=3,
+                         timeout_s=120, warmup=2, style=style)
+    assert row.status == "measured", row.reason
+    assert (tmp_path / "seen.txt").read_text().split() == ["512", "0.01"]  # the option arrived...
+    assert row.config.batch_size == 24  # ...and the speed counts the 24 samples a step really trained
+    assert row.config.overrides == (("batch_size", "512"),)
+
+
+def test_a_batch_the_probe_cannot_see_gives_steps_per_second(tmp_path):
+    script = write(tmp_path, "train.py", KEYWORD_CALL)
+    style = argparse_style(batch_size="--batch-size")
+    row = measure_script(script, ["--steps", "1000"], script_grid(parse_sets(["batch_size=64"]))[0], steps=12, trials=3,
+                         timeout_s=120, warmup=2, style=style)
+    assert row.status == "measured", row.reason
+    assert row.config.batch_size is None  # not 64: a value set is no evidence of the batch run
+
+
+def test_one_unit_for_the_table_and_an_option_that_changed_nothing_is_named():
+    from trainmedic.tune.model import Measurement, Row, TuneResult
+    from trainmedic.tune.script_search import _check_batch_option, _one_unit
+
+    def row(value: str, seen: int | None, rates: tuple) -> Row:
+        return Row(Config(seen, overrides=(("batch_size", value),)), "measured", Measurement(rates, 4, 1.0))
+
+    result = TuneResult("train.py", "as the script chooses", None, rows=[row("64", 32, (320.0, 330.0, 340.0)),
+                                                                         row("128", 32, (640.0, 660.0, 680.0))])
+    _one_unit(result)
+    _check_batch_option(result, ["batch_size"])
+    assert result.unit == "samples/s" and result.rows[0].samples_per_s == 330.0
+    assert any("batch_size took 2 values (64, 128) but the model was called with batch 32 in every run" in w
+               for w in result.warnings)
+    # One run showed its batch, one did not: the whole table is steps/s, and the note says why.
+    result = TuneResult("train.py", "as the script chooses", None, rows=[row("64", 32, (320.0, 330.0, 340.0)),
+                                                                         row("128", None, (9.0, 10.0, 11.0))])
+    _one_unit(result)
+    assert result.unit == "steps/s" and result.rows[0].samples_per_s == pytest.approx(330.0 / 32)
+    assert any(n.startswith("speeds are steps/s, not samples/s: trainmedic did not see the batch") for n in result.notes)
 
 
 def test_a_crashing_script_is_a_failed_row_with_its_error_line(tmp_path):

@@ -109,3 +109,22 @@ def test_the_result_is_the_json_contract(tmp_path):
     assert data["rows"][0]["roofline"]["bound"] in ("compute", "bandwidth")
     path = result.write_json(tmp_path / "tune.json")
     assert path.read_text().startswith("{")
+
+
+def test_fp16_is_measured_on_a_cpu_by_default_only_where_it_measured_faster_than_fp32():
+    from trainmedic.tune.grid import cpu_has_fast_fp16
+
+    result = tune(tune_builds.mlp, batch_sizes=[4], **FAST)
+    precisions = {r.config.precision for r in result.rows}
+    assert {"fp32", "bf16"} <= precisions
+    assert ("fp16" in precisions) == cpu_has_fast_fp16(result.ceilings.peak_flops)  # False on the 2-vCPU Xeon
+    asked = tune(tune_builds.mlp, batch_sizes=[4], precisions=["fp16"], **FAST)
+    assert asked.row(Config(4, "fp16")).status == "measured"  # asked for: measured, slow path or not
+
+
+def test_the_budget_counts_from_the_start_it_is_given():
+    import time
+
+    started_at = time.monotonic() - 10.0  # ten seconds already spent (importing, loading the build)
+    result = tune(tune_builds.mlp, batch_sizes=[1, 2], precisions=["fp32"], budget_s=5.0, started_at=started_at, **FAST)
+    assert result.measured == [] and result.stopped_early.startswith("the budget of 5.00 s ran out")

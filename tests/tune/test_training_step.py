@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import tune_builds
 
 from trainmedic.errors import PlanError
+from trainmedic.tune.budget import OutOfTime
 from trainmedic.tune.measure import MIN_TRIALS, measure
 from trainmedic.tune.model import Config
 from trainmedic.tune.step import TrainingStep
@@ -52,10 +55,22 @@ def test_measure_reports_samples_per_second_per_trial_and_the_first_step_apart()
     assert m.steps_per_trial >= 1 and m.first_step_s > 0 and 1 <= m.warmup_steps <= 5
 
 
-def test_measure_stops_at_the_deadline_but_never_under_three_trials():
+def test_measure_starts_no_trial_that_would_end_past_the_deadline():
+    def ticking() -> Callable[[], float]:  # one second per reading: every step takes 1 s
+        ticks = iter(range(1000))
+        return lambda: float(next(ticks))
+
     step = TrainingStep(tune_builds.mlp, Config(16), CPU)
-    m = measure(step, trials=50, min_trial_s=0.01, deadline=0.0)
-    assert len(m.trials) == MIN_TRIALS
+    # Readings 0-8 go to the first step and two warm-up steps; then each trial is a check, a
+    # start and an end reading (9-11, 12-14, ...); a trial runs when check + 1 s <= deadline.
+    m = measure(step, trials=50, min_trial_s=0.5, deadline=20.0, clock=ticking())
+    assert len(m.trials) == 4 > MIN_TRIALS
+    # Too little time for the 3 trials a speed needs: the configuration is not measured at all,
+    # rather than measured past the budget (it used to run 3 trials whatever the deadline).
+    with pytest.raises(OutOfTime):
+        measure(step, trials=50, min_trial_s=0.5, deadline=13.0, clock=ticking())
+    with pytest.raises(OutOfTime):
+        measure(step, trials=50, min_trial_s=0.01, deadline=0.0)  # already past: no step runs
 
 
 def test_samples_per_second_count_the_batch():
@@ -82,3 +97,14 @@ def test_tf32_is_switched_for_one_configuration_and_put_back():
     with tf32(True):
         assert torch.get_float32_matmul_precision() == "high"
     assert torch.get_float32_matmul_precision() == before
+
+
+def test_a_build_written_for_the_gpu_steps_on_the_cpu_as_plan_traces_it():
+    # .cuda() on the model, .to("cuda") on the inputs, device="cuda" in the loss of every step:
+    # plan's CudaToCpu puts them on the CPU (a CPU build of torch raised "not compiled with CUDA").
+    step = TrainingStep(tune_builds.gpu_written, Config(8), CPU)
+    assert step.cuda_on_cpu and all(p.device.type == "cpu" for p in step.model.parameters())
+    before = [p.detach().clone() for p in step.model.parameters()]
+    step()
+    assert any(not torch.equal(a, b) for a, b in zip(before, step.model.parameters()))
+    assert not TrainingStep(tune_builds.mlp, Config(8), CPU).cuda_on_cpu  # no mode, no per-op cost

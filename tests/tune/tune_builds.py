@@ -79,3 +79,34 @@ def nan_after_first(batch_size: int) -> dict:
 
 def no_optimizer(batch_size: int) -> dict:
     return dict(model=nn.Linear(8, 1), inputs=torch.randn(batch_size, 8))
+
+
+def gpu_written(batch_size: int) -> dict:
+    """Written for the GPU, the way ``trainmedic plan`` takes it: ``.cuda()``, ``.to("cuda")`` and a
+    ``device="cuda"`` tensor made in the loss, every step."""
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)).cuda()
+
+    def loss_fn(out: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(out, torch.zeros(out.shape[0], 1, device="cuda"))
+
+    return dict(model=model, inputs=torch.randn(batch_size, 32).to("cuda"), loss_fn=loss_fn,
+                optimizer=lambda params: torch.optim.SGD(params, lr=0.01))
+
+
+class _Deep(nn.Module):
+    """One 512x512 layer applied 24 times: a step of a few seconds at batch 512 on a 2-core CPU,
+    made of ops of a few tens of milliseconds each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(512, 512, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(24):
+            x = torch.tanh(self.layer(x))
+        return x
+
+
+def slow_step(batch_size: int) -> dict:
+    torch.manual_seed(0)
+    return dict(model=_Deep(), inputs=torch.randn(batch_size, 512), optimizer=lambda p: torch.optim.SGD(p, lr=1e-4))

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from trainmedic._version import __version__
 from trainmedic.cli import demo as demo_command
@@ -23,12 +24,28 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits it
 )
 
-_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+#: main() marks where the script's own arguments begin with `--` (see _mark_script_args); this
+#: keeps `run train.py --iters 3` working when the app is called without it (tests, embedding).
+_SCRIPT_ARGS = {"allow_interspersed_args": False}
 
 
-@app.command(context_settings=_PASSTHROUGH)
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."),
+) -> None:
+    """Make GPU training fast and keep it from crashing."""
+
+
+@app.command(context_settings=_SCRIPT_ARGS)
 def run(
     target: list[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The training script and its own arguments."),
     module: Optional[str] = typer.Option(None, "--module", "-m", metavar="MODULE", help="Run a module, like python -m."),
@@ -198,27 +215,53 @@ def _fail(message: str) -> None:
 
 
 def main() -> None:
-    app(args=_split_module_flag(sys.argv[1:]), prog_name="trainmedic")
+    command = typer.main.get_command(app)
+    app(args=_mark_script_args(sys.argv[1:], command), prog_name="trainmedic")
 
 
-def _split_module_flag(argv: list[str]) -> list[str]:
-    """After `run -m MODULE`, everything is the module's: mark that with `--` for the parser."""
-    if not argv or argv[0] != "run":
+def _mark_script_args(argv: list[str], group: TyperGroup) -> list[str]:
+    """Parse `run` like python: trainmedic's options come before the script (or `-m MODULE`), and
+    everything after it is the script's, `-h` and `--steps` included. The boundary is marked with
+    `--` for click, which would otherwise read options after `-m MODULE` as trainmedic's. Which
+    options take a value comes from the commands' own parameters, so a new option cannot break it."""
+    at = _options_end(argv, 0, group)
+    if at >= len(argv) or argv[at] != "run" or not isinstance(run_command := group.commands.get("run"), TyperCommand):
         return argv
-    out = [argv[0]]
-    rest = argv[1:]
-    takes_value = {"--steps", "--json", "--html", "--warmup", "--interval-ms"}
-    i = 0
-    while i < len(rest):
-        arg = rest[i]
-        if arg in ("-m", "--module") and i + 1 < len(rest):
-            return out + [arg, rest[i + 1], "--", *rest[i + 2:]]
-        if arg in takes_value:
-            out += rest[i:i + 2]
-            i += 2
-            continue
-        if not arg.startswith("-"):
-            break  # the script: the rest is its own
-        out.append(arg)
+    start = at + 1
+    end = _options_end(argv, start, run_command, stop_after=frozenset({"module"}))
+    if end >= len(argv) or argv[end] == "--":
+        return argv  # nothing is the script's, or marked already
+    return [*argv[:end], "--", *argv[end:]]
+
+
+def _options_end(argv: list[str], start: int, command: TyperCommand | TyperGroup, stop_after: frozenset[str] = frozenset()) -> int:
+    """The index of the first word after ``command``'s options from ``start``: its first positional
+    word, a `--`, or what follows the value of an option named in ``stop_after``."""
+    options = {name: param for param in command.params if isinstance(param, TyperOption)
+               for name in (*param.opts, *param.secondary_opts)}
+    i = start
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            return i
         i += 1
-    return out + rest[i:]
+        if arg.startswith("--"):  # --name, --name=value
+            param = options.get(arg.split("=", 1)[0])
+            if param is not None and "=" not in arg:
+                i += _values(param)
+        else:  # -q, -mpkg.train, -qm pkg.train: flags, then at most one option that takes a value
+            param = None
+            for j in range(1, len(arg)):
+                param = options.get("-" + arg[j])
+                if param is not None and _values(param):
+                    if j + 1 == len(arg):
+                        i += _values(param)
+                    break
+        if param is not None and param.name in stop_after:
+            return min(i, len(argv))
+    return i
+
+
+def _values(option: TyperOption) -> int:
+    """How many words after its name an option takes: none for a flag or a count."""
+    return 0 if option.is_flag or option.count else option.nargs

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from dataclasses import dataclass
 from functools import partial
@@ -16,7 +15,7 @@ from trainmedic.diagnose import diagnose
 from trainmedic.errors import ScriptError
 from trainmedic.probe import runner
 from trainmedic.probe.ranks import RankIdentity
-from trainmedic.probe.runner import Terminated
+from trainmedic.probe.runner import StopSignals, Terminated
 from trainmedic.probe.session import Measurements, WatchSession
 from trainmedic.report.console import render_console
 from trainmedic.report.html import write_html
@@ -58,25 +57,30 @@ def run_target(options: RunOptions, console: Console) -> int:
         return run_ranks.launch(options, show)
     identity = RankIdentity.from_env()  # a torchrun rank: its part, then one merged report
     if identity is None:
-        report, _ = _watch(options)
-        show(report)
-        return report.exit_code
+        with StopSignals() as signals:  # Ctrl+C and SIGTERM cut the run short; the report is still written
+            report, _ = _watch(options, signals)
+            show(report)
+            return report.exit_code
     folder = run_ranks.start_rank(identity)
     with run_ranks.RankSignals() as signals:
         report, measurements = _watch(options, signals)
         return run_ranks.finish_rank(identity, folder, report, measurements, show, signals.script_ended_at)
 
 
-def _watch(options: RunOptions, signals: run_ranks.RankSignals | None = None) -> tuple[Report, Measurements]:
+def _watch(options: RunOptions, signals: StopSignals) -> tuple[Report, Measurements]:
     """Run the script under a watch session and diagnose it."""
     command = (["-m", options.target] if options.module else [options.target]) + options.args
-    session = WatchSession(warmup=options.warmup, max_steps=options.steps, interval=options.interval_s)
+    session = WatchSession(warmup=options.warmup, max_steps=options.steps, interval=options.interval_s, find_loops=True)
     session.start()
     try:
-        with signals.script() if signals is not None else contextlib.nullcontext():
+        with signals.script():
             outcome = runner.run(options.target, options.args, module=options.module)
-    except Terminated:  # SIGTERM in the instant between the script's end and the handler's switch
-        outcome = runner.RunOutcome(143, "interrupted", "stopped by SIGTERM")
+    # A signal in the instant between the script's end and the handlers' switch, or one noted
+    # before the script began.
+    except KeyboardInterrupt:
+        outcome = runner.interrupted()
+    except Terminated as stop:
+        outcome = runner.interrupted(stop)
     finally:
         measurements = session.stop()
     if outcome.traceback:
@@ -88,9 +92,9 @@ def _watch(options: RunOptions, signals: run_ranks.RankSignals | None = None) ->
 
 
 def emit(report: Report, json_path: Path | None, html_path: Path | None, quiet: bool, console: Console) -> None:
-    if not quiet:
-        console.print()
-        render_console(report, console)
+    # Files first: a report that fails to render, or a terminal that goes away while it prints,
+    # must not take the measured report with it.
+    said = []
     writers = {"JSON": (json_path, report.write_json), "HTML": (html_path, partial(write_html, report))}
     for kind, (path, write) in writers.items():
         if path is None:
@@ -98,7 +102,11 @@ def emit(report: Report, json_path: Path | None, html_path: Path | None, quiet: 
         try:
             write(path)
         except OSError as exc:  # checked before the run; a full disk can still refuse it
-            console.print(f"trainmedic: error: cannot write the {kind} report to {path}: {exc.strerror or exc}",
-                          style="red", markup=False)
+            said.append((f"trainmedic: error: cannot write the {kind} report to {path}: {exc.strerror or exc}", "red"))
         else:
-            console.print(f"trainmedic: {kind} report written to {path}", markup=False)
+            said.append((f"trainmedic: {kind} report written to {path}", None))
+    if not quiet:
+        console.print()
+        render_console(report, console)
+    for line, style in said:
+        console.print(line, style=style, markup=False)

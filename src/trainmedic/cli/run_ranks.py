@@ -10,23 +10,20 @@ Two ways in, one report out:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trainmedic.diagnose.ranks import merge, rank_payload
 from trainmedic.errors import require
 from trainmedic.probe import ranks
 from trainmedic.probe.ranks import RankIdentity
-from trainmedic.probe.runner import Terminated
+from trainmedic.probe.runner import StopSignals
 from trainmedic.probe.session import Measurements
 from trainmedic.report.model import Report
 
@@ -93,42 +90,12 @@ def start_rank(identity: RankIdentity) -> Path:
     return folder
 
 
-class RankSignals:
-    """SIGTERM on a rank: ends the script like an exception while it runs, and is held off after.
-
-    torchrun stops every rank with SIGTERM when one fails, and SIGKILLs it 30 s later. While the
-    script runs, the signal becomes :class:`Terminated`, so the run ends with an outcome and a
-    report; from then until this rank's part is written (diagnosis, rank 0's merge) it is only
-    noted — dying there would lose a report already measured. A script's own handler (guard's
-    Checkpointer) still replaces this one while it is installed."""
+class RankSignals(StopSignals):
+    """A single run's signal handling, on a rank: torchrun stops every rank with SIGTERM when one
+    fails, and SIGKILLs it 30 s later; the rank's part must be written before that."""
 
     def __init__(self) -> None:
-        self.script_running = False
-        self.received: int | None = None
-        #: Wall-clock time the script ended (the merge blames the first rank to fail).
-        self.script_ended_at: float | None = None
-        self._previous: Any = None
-
-    def __enter__(self) -> RankSignals:  # noqa: PYI034 - Self needs Python 3.11
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self.received = signum
-        if self.script_running:
-            raise Terminated(signum)
-
-    @contextlib.contextmanager
-    def script(self) -> Iterator[None]:
-        self.script_running = True
-        try:
-            yield
-        finally:
-            self.script_running = False
-            self.script_ended_at = time.time()
+        super().__init__(why="torchrun stops every rank when one fails")
 
 
 def finish_rank(

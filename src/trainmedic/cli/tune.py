@@ -19,7 +19,9 @@ from trainmedic.cli.output import output_problem
 from trainmedic.errors import DeviceError, MissingExtraError, PlanError, ScriptError, TuneError
 from trainmedic.units import format_sig3, parse_duration
 
-DONE, USAGE, INTERRUPTED = 0, 2, 130
+DONE, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
+#: The longest start-up (imports) charged to --budget; an older process is a host calling us.
+STARTUP_S = 30.0
 #: Steady-state steps each run of a --script measures, unless --steps says otherwise.
 SCRIPT_STEPS = 30
 
@@ -58,8 +60,9 @@ def run_tune(options: TuneOptions, out: Console, err: Console) -> int:
     try:
         _check_flags(options)
         budget_s = _budget(options.budget)
-        with _ProgressBar(err, budget_s) as bar:
-            result = _search(options, budget_s, bar)
+        started_at = _process_started()
+        with _ProgressBar(err, budget_s, started_at) as bar:
+            result = _search(options, budget_s, started_at, bar)
     except (TuneError, PlanError, DeviceError, MissingExtraError, ScriptError) as exc:
         _error(err, str(exc))
         return USAGE
@@ -84,17 +87,25 @@ def run_tune(options: TuneOptions, out: Console, err: Console) -> int:
             _error(err, f"cannot write the {kind} result to {path}: {exc.strerror or exc}")
             return USAGE
         err.print(f"trainmedic: {kind} result written to {path}", markup=False, highlight=False, soft_wrap=True)
-    return INTERRUPTED if result.stopped_early and "Ctrl+C" in result.stopped_early else DONE
+    if result.stopped_early and "Ctrl+C" in result.stopped_early:
+        return INTERRUPTED
+    # Nothing measured (every configuration failed, was skipped, or the budget ran out first):
+    # there is no answer, and a caller must not read one.
+    if not result.measured:
+        why = result.stopped_early or "every configuration failed or was skipped"
+        _error(err, f"no configuration was measured ({why}); there is no fastest one to report")
+        return FAILED
+    return DONE
 
 
-def _search(options: TuneOptions, budget_s: float | None, bar: _ProgressBar):
+def _search(options: TuneOptions, budget_s: float | None, started_at: float, bar: _ProgressBar):
     if options.script is not None:
         if options.spec is not None:
             raise TuneError(f"give a build function ({options.spec}) or --script {options.script}, not both.")
         from trainmedic.tune.script_search import tune_script
 
         return tune_script(options.script, list(options.script_args), list(options.sets), steps=options.steps,
-                           trials=options.trials, budget_s=budget_s, callbacks=bar.callbacks())
+                           trials=options.trials, budget_s=budget_s, started_at=started_at, callbacks=bar.callbacks())
     if options.sets:
         raise TuneError("--set overrides a script's options; use it with --script train.py (a build function is tuned by --batch, --precision, ...).")
     if not options.spec:
@@ -118,6 +129,7 @@ def _search(options: TuneOptions, budget_s: float | None, bar: _ProgressBar):
         headroom=options.headroom,
         capacity=options.capacity,
         callbacks=bar.callbacks(),
+        started_at=started_at,
     )
 
 
@@ -148,6 +160,19 @@ def _budget(text: str | None) -> float | None:
     return seconds
 
 
+def _process_started() -> float:
+    """This process's start as a ``time.monotonic()`` reading: ``--budget`` is the wall time the
+    user waits for, and importing torch and loading the target (2-4 s) are part of it."""
+    import psutil
+
+    try:
+        age = time.time() - psutil.Process().create_time()
+    except (psutil.Error, OSError):
+        age = 0.0
+    # Older (or a wall-clock step): a host process that calls the CLI, whose past is not ours.
+    return time.monotonic() - (age if 0.0 <= age <= STARTUP_S else 0.0)
+
+
 def _ints(text: str, flag: str) -> list[int]:
     values = []
     for word in _words(text):
@@ -174,9 +199,9 @@ def _error(err: Console, message: str) -> None:
 class _ProgressBar:
     """Configurations measured so far and the best yet; against the budget when there is one."""
 
-    def __init__(self, console: Console, budget_s: float | None) -> None:
+    def __init__(self, console: Console, budget_s: float | None, started_at: float | None = None) -> None:
         self.budget_s = budget_s
-        self.started = time.monotonic()
+        self.started = time.monotonic() if started_at is None else started_at
         columns = [TextColumn("{task.description}")]
         if budget_s is not None:
             columns.append(BarColumn())

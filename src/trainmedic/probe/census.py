@@ -3,7 +3,8 @@
 Tiny-op loops (seed 001: 70,000 tiny launches for one batch) look like ordinary user code to a
 stack sampler; what gives them away is the count. For a few warm-up steps a
 ``TorchFunctionMode`` counts every torch call and charges it to the innermost user frame.
-It runs only during warm-up, so steady-state timings never carry its cost.
+It runs only during warm-up, so steady-state timings never carry its cost. On a CUDA run the
+same steps also count each op's FLOPs and bytes (``costs``, see ``op_costs.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from trainmedic.probe.frames import FrameClassifier
+from trainmedic.probe.op_costs import OpCostCounter
 from trainmedic.probe.recorder import function_key
 
 
@@ -25,6 +27,8 @@ class OpCensus:
         self.by_function: Counter[str] = Counter()
         self._mode: Any = None
         self._last_index = start_step
+        #: Set before the census starts to count FLOPs and bytes over the same steps.
+        self.costs: OpCostCounter | None = None
 
     def on_step(self, index: int) -> None:
         """Called at every step boundary with the index of the step that starts now."""
@@ -46,6 +50,8 @@ class OpCensus:
 
         self._mode = _Counting()
         self._mode.__enter__()
+        if self.costs is not None:
+            self.costs.start()
 
     def _count(self, frame: Any) -> None:
         code_info = self.classifier.code_info
@@ -62,6 +68,8 @@ class OpCensus:
             return
         mode, self._mode = self._mode, None
         self.steps_counted = max(1, self._last_index - self.start_step)
+        if self.costs is not None:
+            self.costs.stop(self.steps_counted)
         try:
             mode.__exit__(None, None, None)
         except Exception:  # noqa: BLE001 - the user's code may have left another mode on top

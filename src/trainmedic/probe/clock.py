@@ -3,7 +3,8 @@
 Boundaries come from several sources; the most explicit one wins. A user's ``trainmedic.step()``
 marker beats a Keras training batch (``model.fit`` / ``train_on_batch``, see ``keras_hooks.py``),
 which beats ``optimizer.step()``, which beats a data loader's ``next`` (Keras on the torch backend
-feeds ``fit`` through a DataLoader of its own, so its ``next`` must not win). When a better source
+feeds ``fit`` through a DataLoader of its own, so its ``next`` must not win), which beats the
+iterations of the loop a run without any of those spends its time in (``loops.py``). When a better source
 shows up mid-run (the first optimizer step after the loader's first ``next``), counting starts
 over from there, so a step always means the same thing throughout a report.
 
@@ -21,7 +22,8 @@ MARKER = "marker"
 OPTIMIZER = "optimizer"
 LOADER = "loader"
 KERAS = "keras"
-_PRIORITY = {LOADER: 1, OPTIMIZER: 2, KERAS: 3, MARKER: 4}
+LOOP = "loop"
+_PRIORITY = {LOOP: 1, LOADER: 2, OPTIMIZER: 3, KERAS: 4, MARKER: 5}
 
 
 class StepLimitReached(BaseException):

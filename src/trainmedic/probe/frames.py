@@ -103,7 +103,11 @@ _LIBRARIES: tuple[tuple[str, str, str], ...] = (
     ("torch.utils.tensorboard", HOST_OTHER, "logging"),
     ("tensorboard", HOST_OTHER, "logging"),
     ("tensorboardX", HOST_OTHER, "logging"),
+    # A module being imported runs its body under importlib: whatever that body calls (torch.nn
+    # building its classes), the time is the import's, not a forward pass (see classify).
+    ("importlib", HOST_OTHER, "import"),
 )
+_IMPORT = (HOST_OTHER, "import")
 
 # Functions whose module says one thing and whose purpose another: torch.load reads data.
 _FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
@@ -199,9 +203,12 @@ class FrameClassifier:
         decisive: tuple[str, str] | None = None
         data_kind: str | None = None
         copying = False  # a host-to-device copy is the innermost library work, even inside a loader
+        importing = False
         depth = 0
         while frame is not None and depth < 256:
             is_user, family = self.code_info(frame)
+            if family == _IMPORT:
+                importing = True
             if is_user:
                 if user_frame is None:
                     user_frame = frame
@@ -231,6 +238,8 @@ class FrameClassifier:
                 decisive = line
             elif line is not None and line[0] == DATA:
                 data_kind = line[1]  # a database query inside Dataset.__getitem__
+        if importing:
+            return Classified(HOST_OTHER, "import", where, user_code)
         if copying and decisive is not None:
             return Classified(decisive[0], decisive[1], where, user_code)
         if data_kind is not None:

@@ -18,6 +18,7 @@ import time
 
 from trainmedic.probe.clock import StepClock
 from trainmedic.probe.frames import FrameClassifier
+from trainmedic.probe.loops import LoopWatch
 from trainmedic.probe.recorder import Recorder
 
 DEFAULT_INTERVAL_S = 0.01
@@ -39,6 +40,8 @@ class StackSampler:
         self.classifier = classifier
         self.interval = interval
         self.thread_id = thread_id if thread_id is not None else threading.get_ident()
+        #: Looks for the loop a run without steps repeats (``loops.py``), while no step source showed up.
+        self.loop_watch: LoopWatch | None = None
         self.samples = 0
         self.busy_seconds = 0.0  # the sampler thread's own CPU time: its overhead, reported
         self._stopping = False
@@ -74,6 +77,9 @@ class StackSampler:
             if frame is None:
                 break  # the training thread is gone
             sample = self.classifier.classify(frame)  # swapped for a CUDA-aware one mid-run
+            watch = self.loop_watch
+            if watch is not None and clock.source is None and watch.looking:
+                watch.observe(frame)
             del frame
             if sample.kind in _MODEL_KINDS and sample.category != "data":
                 anchored = True

@@ -13,15 +13,18 @@ from dataclasses import dataclass, field
 from trainmedic.errors import WatchError
 from trainmedic.probe import device as device_probe
 from trainmedic.probe.census import OpCensus
-from trainmedic.probe.clock import MARKER, StepClock
+from trainmedic.probe.clock import LOOP, MARKER, StepClock
 from trainmedic.probe.collectives import CollectiveStats, CollectiveTimer
 from trainmedic.probe.frames import FrameClassifier
 from trainmedic.probe.hooks import TorchHooks
 from trainmedic.probe.keras_hooks import KerasHooks
+from trainmedic.probe.loops import LoopWatch
+from trainmedic.probe.op_costs import OpCostCounter, OpCosts
 from trainmedic.probe.recorder import Aggregate, Recorder
 from trainmedic.probe.sampler import DEFAULT_INTERVAL_S, StackSampler
 from trainmedic.probe.source_facts import Sources
 from trainmedic.probe.sources import SourceRecorder
+from trainmedic.probe.sync_waits import SyncWaits, SyncWaitTimer
 from trainmedic.report.model import DeviceInfo
 
 DEFAULT_WARMUP = 3  # step 0 (allocator, autotuning, lazy init) and two op-census steps
@@ -52,6 +55,16 @@ class Measurements:
     sources: Sources = field(default_factory=Sources)
     #: Seconds each steady step waited in collectives (DDP all-reduce, dist.* calls): torchrun ranks.
     collectives: CollectiveStats = field(default_factory=CollectiveStats)
+    #: With no step source of its own, the loop whose iterations were counted as steps
+    #: (``train.py:42``, see probe/loops.py), or why no loop could be timed.
+    loop: str | None = None
+    loop_problem: str | None = None
+    #: ``--steps N``: the run was to stop after N steady-state steps.
+    max_steps: int | None = None
+    #: CUDA runs only: steady-state time inside .item()/.cpu()/synchronize... per user line
+    #: (probe/sync_waits.py), and the census steps' FLOPs and bytes per op (probe/op_costs.py).
+    sync_waits: SyncWaits = field(default_factory=SyncWaits)
+    op_costs: OpCosts = field(default_factory=OpCosts)
 
 
 _active: "WatchSession | None" = None
@@ -70,6 +83,7 @@ class WatchSession:
         interval: float = DEFAULT_INTERVAL_S,
         cwd: str | None = None,
         sync_cuda_steps: bool = True,
+        find_loops: bool = False,
     ) -> None:
         if max_steps is not None and max_steps < 1:
             raise ValueError(f"max_steps={max_steps!r}; expected a positive number of steps, or None")
@@ -84,6 +98,9 @@ class WatchSession:
         self.census = OpCensus(self.classifier, start_step=1, steps=max(warmup - 1, 0))
         self.nvml: device_probe.NvmlSampler | None = None
         self.sync_cuda_steps = sync_cuda_steps
+        self.find_loops = find_loops
+        self.loop_watch: LoopWatch | None = None
+        self.sync_timer: SyncWaitTimer | None = None
         self._started_at: float | None = None
         self._measurements: Measurements | None = None
 
@@ -102,6 +119,8 @@ class WatchSession:
         self.hooks.install()
         self.keras.install()
         self.sources.install()
+        if self.find_loops:
+            self.loop_watch = self.sampler.loop_watch = LoopWatch(self.clock, self.classifier)
         self.sampler.start()
         return self
 
@@ -110,6 +129,8 @@ class WatchSession:
         self.clock.boundary(MARKER)
 
     def _on_step(self, index: int) -> None:
+        if self.loop_watch is not None and self.clock.source != LOOP:
+            self.loop_watch.clock.untrace()  # a real step source took over (main thread, as the tracer)
         if index == 1 and not self.classifier.cuda and device_probe.cuda_in_use():
             self.classifier = _with_cuda(self.classifier)
             self.sampler.classifier = self.classifier
@@ -118,11 +139,22 @@ class WatchSession:
                 import torch
 
                 self.clock.before_boundary = torch.cuda.synchronize
+            self._start_gpu_measurements()
             if device_probe.nvml_wanted() and self.nvml is None:
                 self.nvml = device_probe.NvmlSampler()
                 self.nvml.start()
         if self.census.end_step > self.census.start_step:
             self.census.on_step(index)
+
+    def _start_gpu_measurements(self) -> None:
+        # After before_boundary took the unwrapped torch.cuda.synchronize: the step boundary's
+        # own wait is not the user's. The FLOP/byte count runs with the census (warm-up only).
+        import torch
+
+        clock = self.clock
+        self.sync_timer = SyncWaitTimer(self.classifier, counting=lambda: clock.index >= clock.warmup)
+        self.sync_timer.install(torch)
+        self.census.costs = OpCostCounter()
 
     def stop(self) -> Measurements:
         global _active
@@ -131,8 +163,12 @@ class WatchSession:
         if self._started_at is None:
             raise WatchError("stop() called on a watch session that was never started")
         ended = time.perf_counter()
+        if self.loop_watch is not None:
+            self.loop_watch.stop()
         self.sampler.stop()
         self.census.stop()
+        if self.sync_timer is not None:
+            self.sync_timer.uninstall()
         self.hooks.uninstall()
         self.keras.uninstall()
         self.collectives.uninstall()
@@ -166,6 +202,11 @@ class WatchSession:
             sampler_busy_s=self.sampler.busy_seconds,
             sources=self.sources.snapshot(model_batch=self.hooks.batch_size()),
             collectives=self.collectives.stats(),
+            loop=self.loop_watch.loop.where if self.loop_watch and self.loop_watch.loop else None,
+            loop_problem=self.loop_watch.problem if self.loop_watch else None,
+            max_steps=clock.max_steps,
+            sync_waits=self.sync_timer.snapshot() if self.sync_timer is not None else SyncWaits(),
+            op_costs=self.census.costs.snapshot() if self.census.costs is not None else OpCosts(),
         )
         return self._measurements
 

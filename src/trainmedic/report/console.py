@@ -35,7 +35,9 @@ def render_console(report: Report, console: Console) -> None:
 
 
 def build(report: Report) -> Group:
-    parts = [_header(report), Text(""), _breakdown(report)]
+    parts = [_header(report)]
+    if report.evidence != "none":  # shares of a run that never reached a step would mislead
+        parts += [Text(""), _breakdown(report)]
     if report.ranks:
         parts += [Text(""), _ranks(report)]
     if report.findings:
@@ -57,16 +59,38 @@ def _header(report: Report) -> Text:
     if report.message:
         text.append(f" ({report.message})", style="yellow")
     text.append(f"\ndevice:  {report.device.kind} · {report.device.name}\n")
-    text.append(f"steps:   {s.count} steady-state + {s.warmup} warm-up, marked by {s.source or 'nothing'}\n")
-    text.append(f"step:    median {format_seconds(s.median_s)} · p90 {format_seconds(s.p90_s)} · growth {s.growth:.2f}x")
+    if not report.per_step:
+        counted = s.count + s.warmup
+        text.append(f"steps:   {counted} counted, too short to see inside" if counted else "steps:   none", style="bold")
+        text.append(f" · {_NO_VERDICT[report.evidence]}\n", style="yellow")
+        text.append(f"wall:    {report.wall_s:.2f} s")
+        return text
+    if report.evidence == "loop":
+        text.append(f"steps:   {s.count} iterations of the loop at {s.loop} + {s.warmup} warm-up (no step was marked)\n")
+    else:
+        text.append(f"steps:   {s.count} steady-state + {s.warmup} warm-up, marked by {s.source or 'nothing'}\n")
+    unit = _unit(report)
+    text.append(f"{unit + ':':<8} median {format_seconds(s.median_s)} · p90 {format_seconds(s.p90_s)} · growth {s.growth:.2f}x")
     if s.cpu_growth is not None and s.count:
-        text.append(f" (CPU time per step {s.cpu_growth:.2f}x)")
+        text.append(f" (CPU time per {unit} {s.cpu_growth:.2f}x)")
     text.append(f"\nwall:    {report.wall_s:.2f} s, of which set-up {report.setup_s:.2f} s")
     return text
 
 
+#: The headline of a report whose evidence carries no verdict (report.model.EVIDENCE).
+_NO_VERDICT = {
+    "none": "the script ended before its first step: no bottleneck named",
+    "whole run": "no step was measured: whole-run time, no bottleneck named",
+}
+
+
+def _unit(report: Report) -> str:
+    return "iteration" if report.evidence == "loop" else "step"
+
+
 def _breakdown(report: Report) -> Table:
-    table = Table(title="Where steady-state step time goes", title_justify="left", box=None, show_header=False, pad_edge=False)
+    title = f"Where steady-state {_unit(report)} time goes" if report.per_step else "Where the whole run's time went"
+    table = Table(title=title, title_justify="left", box=None, show_header=False, pad_edge=False)
     table.add_column("category", min_width=17)
     table.add_column("bar", width=_BAR_WIDTH + 1, no_wrap=True)
     table.add_column("share", justify="right", width=6)
@@ -96,7 +120,9 @@ def _ranks(report: Report) -> Group:
             table.add_row(*head, Text(r.outcome, style="bold red"), *[""] * (len(names) - len(head) - 1))
             continue
         cells = [format_seconds(x) for x in (r.median_s, r.data_s, r.compute_s, r.wait_s, r.other_s)]
-        mark = Text(r.bottleneck + (" ◀ straggler" if r.rank == straggler else ""), style="bold" if r.rank == straggler else "")
+        # A rank with too little evidence of its own names no bottleneck.
+        mark = Text((r.bottleneck or "—") + (" ◀ straggler" if r.rank == straggler else ""),
+                    style="bold" if r.rank == straggler else "")
         table.add_row(*head, *([r.outcome] if outcomes else []), str(r.steps), *cells, mark)
     lines = [table]
     if report.straggler is not None:
@@ -125,10 +151,12 @@ def _finding(rank: int, f: Finding) -> Group:
 
 
 def _lines(report: Report) -> Table:
-    table = Table(title="Your lines by time per step", title_justify="left", box=None, pad_edge=False)
+    per = f"per {_unit(report)}" if report.per_step else "whole run"
+    table = Table(title=f"Your lines by time {'per ' + _unit(report) if report.per_step else 'over the whole run'}",
+                  title_justify="left", box=None, pad_edge=False)
     table.add_column("where", overflow="fold")
     table.add_column("category")
-    table.add_column("per step", justify="right")
+    table.add_column(per, justify="right")
     table.add_column("share", justify="right")
     for line in report.lines:
         label = f"{line.category}/{line.kind}" if line.kind else line.category

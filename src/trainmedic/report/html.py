@@ -120,7 +120,7 @@ def _header(r: Report, cmd: str) -> str:
         ("median step", _dur(s.median_s) if s.count else "—"),
         ("p90 step", _dur(s.p90_s) if s.count else "—"),
         ("growth last/first quarter", growth if s.count else "—"),
-        ("step boundaries from", s.source or "—"),
+        ("step boundaries from", f"iterations of the loop at {s.loop}" if s.loop else s.source or "—"),
     ]
     # A step that slows down over the run (a leak, a growing pool) deserves a second look.
     ratios = [g for g in (s.growth, s.cpu_growth) if g is not None and _finite(g)]
@@ -162,6 +162,12 @@ def _breakdown(r: Report) -> str:
         for c in CATEGORIES
     )
     b = r.bottleneck
+    if not r.per_step:
+        why = ("the script ended before its first step" if r.evidence == "none"
+               else "no step was measured; the shares are of the whole run")
+        head = f'<p class="bottleneck">Bottleneck: none named<span class="desc">{esc(why)}</span></p>'
+        return (f"<section><h2>Where the run's time went</h2>{head}{svg}"
+                f'<ul class="legend" id="breakdown-legend">{legend}</ul></section>')
     if b and total > 0:
         share = shares.get(b, r.breakdown.get(b, 0.0))
         ink = _readable(COLORS.get(b, "#1f2933"))
@@ -307,7 +313,7 @@ def _ranks(r: Report) -> str:
             continue
         cells = "".join(f'<td class="num">{_num(x * 1000)}</td>'
                         for x in (k.median_s, k.p90_s, k.data_s, k.compute_s, k.wait_s, k.other_s))
-        label = esc(k.bottleneck) + (" ◀ straggler" if k.rank == straggler else "")
+        label = esc(k.bottleneck or "—") + (" ◀ straggler" if k.rank == straggler else "")
         rows.append(f'<tr{mark}><td class="num">{k.rank}</td><td>{esc(k.host)}</td><td>{esc(k.outcome)}</td>'
                     f'<td class="num">{k.steps:,}</td>{cells}<td>{label}</td></tr>')
     verdict = f'<p class="straggler-text">{esc(r.straggler.text)}</p>' if r.straggler else ""

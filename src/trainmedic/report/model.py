@@ -18,6 +18,11 @@ SCHEMA = "trainmedic.report/1"
 
 #: How a run ended; the CLI's exit code follows the script's own.
 OUTCOMES = ("completed", "exit", "exception", "interrupted", "step_limit")
+#: What a report's verdict rests on: the steps the run marked itself (optimizer, loader, Keras,
+#: ``trainmedic.step()``), the iterations of the loop it repeats when it marked none, the whole
+#: run when no loop could be found either (no bottleneck is named), or nothing at all: the script
+#: failed or was stopped before its first step (no bottleneck, no findings).
+EVIDENCE = ("steps", "loop", "whole run", "none")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class StepStats:
     #: The same ratio for the process's CPU time per step: the work a step does, which a busy
     #: neighbour does not stretch. ``None`` on CUDA, where the host mostly waits on the device.
     cpu_growth: float | None = None
+    #: With ``source`` "loop": the loop whose iterations were counted as the steps (``gen.py:20``).
+    loop: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,7 @@ class RankSummary:
     wait_s: float
     compute_s: float
     other_s: float
-    bottleneck: str
+    bottleneck: str | None
 
 
 @dataclass(frozen=True)
@@ -134,7 +141,8 @@ class Report(JsonDocument):
     device: DeviceInfo
     steps: StepStats
     breakdown: dict[str, float]
-    bottleneck: str
+    #: None when the evidence cannot carry a verdict (see ``EVIDENCE``).
+    bottleneck: str | None
     findings: list[Finding]
     wall_s: float = 0.0
     setup_s: float = 0.0
@@ -146,6 +154,12 @@ class Report(JsonDocument):
     #: torchrun jobs: one row per rank, and the straggler when one rank holds the others back.
     ranks: list[RankSummary] = field(default_factory=list)
     straggler: Straggler | None = None
+    evidence: str = "steps"
+
+    @property
+    def per_step(self) -> bool:
+        """True when times are per step (or loop iteration); else they are whole-run seconds."""
+        return self.evidence in ("steps", "loop")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,6 +173,7 @@ class Report(JsonDocument):
             "steps": _finite(asdict(self.steps)),
             "breakdown": {c: round(_finite_float(self.breakdown.get(c, 0.0)), 6) for c in CATEGORIES},
             "bottleneck": self.bottleneck,
+            "evidence": self.evidence,
             "findings": [_finite(asdict(f)) for f in self.findings],
             "wall_s": _finite_float(self.wall_s),
             "setup_s": _finite_float(self.setup_s),
@@ -193,6 +208,7 @@ class Report(JsonDocument):
             version=data.get("version", ""),
             ranks=[_known(RankSummary, r) for r in data.get("ranks", [])],
             straggler=_known(Straggler, data["straggler"]) if data.get("straggler") else None,
+            evidence=data.get("evidence", "steps"),
         )
 
 

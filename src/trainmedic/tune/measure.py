@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable
 
+from trainmedic.tune.budget import OutOfTime
 from trainmedic.tune.model import Measurement
 from trainmedic.tune.step import TrainingStep
 
@@ -30,9 +31,17 @@ def measure(step: TrainingStep, *, trials: int = 5, min_trial_s: float = 0.3, de
             clock: Callable[[], float] = time.monotonic) -> Measurement:
     """Warm ``step`` up and time ``trials`` trials of it; fewer (never under 3) if ``deadline`` comes first.
 
-    ``deadline`` is a reading of ``clock`` (``time.monotonic``, the search's clock).
+    ``deadline`` is a reading of ``clock`` (``time.monotonic``, the search's clock). A step or
+    trial that would end past it is not started: after 3 trials the measurement ends there,
+    before that :class:`OutOfTime` says the configuration cannot be measured in the time left.
     """
     batch = step.config.batch_size or 1
+
+    def fits(seconds: float) -> bool:
+        return deadline is None or clock() + seconds <= deadline
+
+    if not fits(0.0):
+        raise OutOfTime
     step.sync()
     start = clock()
     step()
@@ -40,6 +49,9 @@ def measure(step: TrainingStep, *, trials: int = 5, min_trial_s: float = 0.3, de
     first = clock() - start
     previous, warmup = None, 0
     while warmup < MAX_WARMUP:
+        # The first step's time holds compilation: no guide to the next one's.
+        if not fits(previous or 0.0):
+            raise OutOfTime
         start = clock()
         step()
         step.sync()
@@ -52,6 +64,8 @@ def measure(step: TrainingStep, *, trials: int = 5, min_trial_s: float = 0.3, de
         # fp16: a GradScaler starts at 2**16 and skips the optimizer step while it halves the
         # scale on overflow; skipped steps are cheaper, so none may fall into the timed trials.
         for _ in range(MAX_SCALER_WARMUP):
+            if not fits(took):
+                raise OutOfTime
             scale = step.scaler.get_scale()
             step()
             warmup += 1
@@ -62,8 +76,10 @@ def measure(step: TrainingStep, *, trials: int = 5, min_trial_s: float = 0.3, de
     steps = max(1, math.ceil(min_trial_s / per_step))
     speeds: list[float] = []
     while len(speeds) < trials:
-        if deadline is not None and len(speeds) >= MIN_TRIALS and clock() + steps * per_step > deadline:
-            break
+        if not fits(steps * per_step):
+            if len(speeds) >= MIN_TRIALS:
+                break
+            raise OutOfTime
         start = clock()
         for _ in range(steps):
             step()

@@ -31,8 +31,9 @@ class Config:
     """One point of the grid: how a training step is run.
 
     A build target is tuned over the first four fields. A script (``--script``) is tuned over
-    ``overrides``, its own options as ``(name, value)`` pairs; its ``batch_size`` is the value of
-    the override that names the batch size, or None when none does (speeds are then steps/s).
+    ``overrides``, its own options as ``(name, value)`` pairs; its ``batch_size`` is the batch its
+    run really trained on (the model's input, as trainmedic saw it), None before the run or when
+    it was not seen (speeds are then steps/s), never the value of an option.
     """
 
     batch_size: int | None
@@ -283,8 +284,9 @@ class TuneResult(JsonDocument):
 
     @property
     def unit(self) -> str:
-        """What the speeds count: samples/s, or steps/s for a script whose batch size is unknown."""
-        return "steps/s" if any(r.config.batch_size is None for r in self.rows) else "samples/s"
+        """What the speeds count: samples/s, or steps/s for a script whose runs did not show their batch
+        (rows never measured have none to show and do not count)."""
+        return "steps/s" if any(r.config.batch_size is None for r in self.measured) else "samples/s"
 
     @property
     def gain(self) -> float | None:

@@ -2,8 +2,12 @@
 
 ``trainmedic tune --script train.py --set batch_size=2,4,8 --set lr=1e-3,1e-4 -- ARGS`` needs no
 build function: every combination is the user's own command line with those options overridden
-(script_options.py checks and spells them), run under ``trainmedic run --steps N`` in a child
-process, and measured from that run's report.
+(script_options.py checks and spells them), run in a child process that watches it as
+``trainmedic run --steps N`` does (script_child.py), and measured from that run's report.
+
+Samples/s count the batch the model was really called with in that run, as trainmedic's forward
+hook saw it, never the value an option was set to: a script may ignore the option, or derive its
+batch from it. Where the batch was not seen, speeds are steps/s.
 
 Nothing here prints or exits: functions return values or raise :class:`TuneError`.
 """
@@ -11,7 +15,6 @@ Nothing here prints or exits: functions return values or raise :class:`TuneError
 from __future__ import annotations
 
 import itertools
-import re
 import signal
 import sys
 import tempfile
@@ -26,7 +29,6 @@ from trainmedic.tune.script_options import (
     command_for,
     detect_style,
     error_line,
-    normal_name,
     run_group,
 )
 
@@ -35,45 +37,17 @@ from trainmedic.tune.script_options import (
 SAMPLE_INTERVAL_MS = 50
 _TAIL_BYTES = 64 * 1024
 
-# Leaf names (lower case, "-" as "_") that name the per-step batch, in order of preference.
-_BATCH_NAMES = ("batch_size", "per_device_train_batch_size", "train_batch_size", "micro_batch_size",
-                "per_gpu_train_batch_size", "batch_size_per_gpu", "per_device_batch_size", "batchsize",
-                "mini_batch_size", "minibatch_size", "micro_batch", "batch", "bs", "train_bs")
-_NOT_TRAINING = re.compile(r"(^|_)(eval|val|valid|validation|test|predict|inference)(_|$)")
-
 
 # --- the grid ------------------------------------------------------------------------------------
 
-def batch_option(names: Sequence[str]) -> str | None:
-    """The ``--set`` name that is the per-step batch size, or None (speeds are then steps/s)."""
-    leaves = {name: normal_name(name).rsplit(".", 1)[-1] for name in names}
-    for wanted in _BATCH_NAMES:
-        for name, leaf in leaves.items():
-            if leaf == wanted:
-                return name
-    # train_batch_size-like names the list lacks; an eval/test batch is not the training step's.
-    return next((n for n, leaf in leaves.items() if leaf.endswith("batch_size") and not _NOT_TRAINING.search(leaf)),
-                None)
-
-
 def script_grid(sets: Sequence[tuple[str, Sequence[str]]]) -> list[Config]:
-    """Every combination of the ``--set`` values, the first option varying slowest."""
+    """Every combination of the ``--set`` values, the first option varying slowest.
+
+    The batch size is left unknown: a run fills it in with the batch the model really saw.
+    """
     names = [name for name, _ in sets]
-    batch = batch_option(names)
-    if batch is not None:
-        values = dict(sets)[batch]
-        ints = [v for v in values if _positive_int(v) is not None]
-        if ints and len(ints) != len(values):
-            bad = [v for v in values if _positive_int(v) is None]
-            # samples/s of some rows against steps/s of others would compare nothing.
-            raise TuneError(f"--set {batch}: {', '.join(map(repr, bad))} is not a positive whole number, the "
-                            f"others are; give batch sizes only, e.g. --set {batch}={','.join(ints)}")
-    configs = []
-    for combination in itertools.product(*(values for _, values in sets)):
-        overrides = tuple(zip(names, combination))
-        size = _positive_int(dict(overrides)[batch]) if batch is not None else None
-        configs.append(Config(batch_size=size, overrides=overrides))
-    return configs
+    return [Config(batch_size=None, overrides=tuple(zip(names, combination)))
+            for combination in itertools.product(*(values for _, values in sets))]
 
 
 # --- measuring -----------------------------------------------------------------------------------
@@ -81,11 +55,14 @@ def script_grid(sets: Sequence[tuple[str, Sequence[str]]]) -> list[Config]:
 def measure_script(script: str | Path, args: Sequence[str], config: Config, *, steps: int, trials: int,
                    python: str = sys.executable, timeout_s: float, env: Mapping[str, str] | None = None,
                    warmup: int = 3, style: OptionStyle | None = None) -> Row:
-    """Run the script with ``config``'s overrides under ``trainmedic run --steps STEPS``; measure it.
+    """Run the script with ``config``'s overrides, watched as ``trainmedic run --steps STEPS`` watches it
+    (in a child process, script_child.py); measure it.
 
     ``steps`` steady-state steps (after ``warmup``) are split into ``trials`` consecutive groups:
-    samples/s per group is ``batch_size * steps / seconds`` (steps/s when the batch is unknown);
-    a script that stops after fewer steps than ``trials`` gets one trial per step it made.
+    samples/s per group is ``batch * steps / seconds``, ``batch`` being the batch the model was
+    called with in this run (the row's ``config.batch_size``); steps/s when it was not seen (the
+    row's batch stays None). A script that stops after fewer steps than ``trials`` gets one
+    trial per step it made.
     ``first_step_s`` is the run's ``setup_s``: the process start to the end of the first step, so
     it holds the imports and data loading as well as the first step's compile and autotuning.
     Ctrl+C kills the child's process group and re-raises.
@@ -96,9 +73,8 @@ def measure_script(script: str | Path, args: Sequence[str], config: Config, *, s
         style = OptionStyle(detect_style(script, args, [name for name, _ in config.overrides]))
     with tempfile.TemporaryDirectory(prefix="trainmedic-tune-") as tmp:
         report_path = Path(tmp, "report.json")
-        argv = [python, "-m", "trainmedic", "run", "--steps", str(steps), "--warmup", str(warmup),
-                "--interval-ms", str(SAMPLE_INTERVAL_MS), "--quiet", "--json", str(report_path),
-                "--", *command_for(script, args, style, config.overrides)]
+        argv = [python, "-m", "trainmedic.tune.script_child", str(report_path), str(steps), str(warmup),
+                str(SAMPLE_INTERVAL_MS), "--", *command_for(script, args, style, config.overrides)]
         code, output = run_group(argv, env, timeout_s, Path(tmp), _TAIL_BYTES)
         report = read_json(report_path)
     if code is None:
@@ -106,17 +82,23 @@ def measure_script(script: str | Path, args: Sequence[str], config: Config, *, s
                                             "allow more time or measure fewer steps")
     if code != 0:
         return Row(config, "failed", reason=_failure_line(code, output, report))
-    points = [float(p["seconds"]) for p in (report or {}).get("timeline", [])]
+    points = [float(s) for s in (report or {}).get("step_seconds", [])]
     if not points:
         return Row(config, "failed", reason="the script ended (exit code 0) before trainmedic saw a steady-state "
                                             "training step: no optimizer.step(), DataLoader batch or "
                                             "trainmedic.step() after the warm-up; give it more steps")
-    return Row(config, "measured", measurement=_measurement(points, report, config.batch_size, trials, warmup))
+    seen = _seen_batch(report)
+    return Row(config.replace(batch_size=seen), "measured", measurement=_measurement(points, report, seen, trials, warmup))
+
+
+def _seen_batch(report: dict) -> int | None:
+    size = report.get("batch_size")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
 def _measurement(points: list[float], report: dict, batch_size: int | None, trials: int, warmup: int) -> Measurement:
-    # A run past the timeline's capacity keeps every k-th step; each kept point stands for k steps.
-    stride = max(1, round(report["steps"]["count"] / len(points))) if report.get("steps") else 1
+    # A run past the clock's capacity keeps every k-th step; each kept point stands for k steps.
+    stride = max(1, round(int(report.get("steady_steps") or len(points)) / len(points)))
     trials = min(trials, len(points))
     per = len(points) // trials
     points = points[len(points) - per * trials:]  # drop the earliest leftovers: later steps are steadier
@@ -140,11 +122,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return "unknown signal"
-
-
-def _positive_int(value: str) -> int | None:
-    try:
-        number = int(value)
-    except ValueError:
-        return None
-    return number if number > 0 else None

@@ -35,6 +35,9 @@ _HYDRA_TOKEN = re.compile(r"(\+{1,2}|~)?[A-Za-z_][\w.\-/@]*=")
 _USES_HYDRA = re.compile(r"^\s*(import hydra|from hydra\b)|@hydra\.main", re.MULTILINE)
 _FLAG_IN_HELP = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.\-]*)")
 _ASSIGNED = re.compile(r"^([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
+# A script's globals are options only where its command line can reach them: it reads sys.argv,
+# or execs a configurator that does (nanoGPT's `exec(open('configurator.py').read())`).
+_READS_ARGV = re.compile(r"\bsys\.argv\b|^\s*from\s+sys\s+import\b[^\n]*\bargv\b|\bexec\(\s*open\(", re.MULTILINE)
 _NAME_LITERAL = re.compile(r"""["']([A-Za-z_][\w.]*)["']""")
 _FLAG_LITERAL = re.compile(r"""["'](--?[A-Za-z][\w.\-]*)["']""")
 _NEGATIVE_NUMBER = re.compile(r"-\d|-\.\d|-inf|-nan", re.IGNORECASE)
@@ -112,7 +115,7 @@ def _check_argparse(script: str, args: list[str], names: Sequence[str], python: 
         # No parser answered --help: sys.argv read by hand, or a configurator that overrides the
         # script's globals (nanoGPT's --batch_size=32). The source is all there is to go by.
         source = _read_source(script)
-        flags = _unique(_FLAG_LITERAL.findall(source) + [f"--{name}" for name in _ASSIGNED.findall(source)])
+        flags = _unique(_FLAG_LITERAL.findall(source) + [f"--{name}" for name in _globals_read_from_argv(source)])
         evidence = f"the source of {Path(script).name} (its --help listed no options)"
     shown = [f for f in flags if f.startswith("--") and f != "--help"]
     spellings = {}
@@ -139,7 +142,7 @@ def _check_hydra(script: str, args: list[str], names: Sequence[str], python: str
                             "yourself to see why, or give the options as flags (--set --batch-size=...)")
         # key=value ARGS but no Hydra: a hand-rolled parser. Its names can only be read in the
         # source: top-level assignments (nanoGPT's `batch_size = 12`) and string literals.
-        keys = _unique(_ASSIGNED.findall(source) + _NAME_LITERAL.findall(source))
+        keys = _unique(_globals_read_from_argv(source) + _NAME_LITERAL.findall(source))
         evidence, leaves_only = f"the source of {Path(script).name} (it is not a Hydra app)", True
     shown = [k for k in keys if not k.startswith("hydra.") and k != "hydra"]
     for name in names:
@@ -161,6 +164,9 @@ def _raise_unknown(script: str, name: str, wrong: str, known: list[str], close: 
     listed = ", ".join(known[:15]) + (f" (+{len(known) - 15} more)" if len(known) > 15 else "")
     hint = f"did you mean {close}? " if close else ""
     fix = f"--set {close if hydra else close.lstrip('-')}=..." if close else "--set with one of those names"
+    if not known:  # nothing to choose from: the script must take the option first
+        fix = (f"give the script an option for it (e.g. parser.add_argument(\"{wrong}\", type=int)) and use it "
+               "where the value is used, then --set it")
     raise TuneError(f"{script} has no option {wrong} (from --set {name}=...): {hint}its options per {evidence}: "
                     f"{listed or 'none found'}; fix: {fix}")
 
@@ -301,6 +307,16 @@ def _yaml_keys(text: str) -> list[str]:
         keys.append(".".join([k for _, k in stack if k] + [key]))
         stack.append((indent, key))
     return keys
+
+
+def _globals_read_from_argv(source: str) -> list[str]:
+    """Top-level names a script's command line can override, nanoGPT-style; none if it never reads it.
+
+    A global such as ``batch_size = 64`` in a script that reads no arguments is no option: a
+    sweep over it measured one configuration under several names (and, counting samples by the
+    value set, reported a speed-up that never happened).
+    """
+    return _ASSIGNED.findall(source) if _READS_ARGV.search(source) else []
 
 
 def _unique(items: Sequence[str]) -> list[str]:

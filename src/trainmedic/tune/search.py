@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from trainmedic.errors import PlanError, TrainmedicError, TuneError
+from trainmedic.tune.budget import Budget, OutOfTime
 from trainmedic.tune.ceilings import device_ceilings, roofline
 from trainmedic.tune.counting import count_step
 from trainmedic.tune.explain import explain
@@ -47,6 +48,8 @@ from trainmedic.units import format_bytes, format_duration
 RISE = 0.05
 #: Later stages try their variant on this many of the fastest configurations so far.
 FINALISTS = 2
+CUDA_ON_CPU = ('the build names CUDA (.cuda(), .to("cuda"), device="cuda"); measured on the CPU, those tensors '
+               "were put on the CPU, as trainmedic plan does")
 
 
 @dataclass
@@ -74,32 +77,42 @@ def tune(
     headroom: float = 0.1,
     capacity: int | str | None = None,
     callbacks: Callbacks | None = None,
+    started_at: float | None = None,
 ) -> TuneResult:
     """Measure samples/s of real training steps of ``build(batch_size)`` over a grid; pick the fastest.
 
     ``device``: "auto" (CUDA when present), "cpu", "cuda", "cuda:1". ``batch_sizes`` replaces the
     ladder (all measured, none skipped for being slow). ``current_batch``: the batch the user
     trains with now (fp32, eager); the gain is reported against it, else against fp32 eager at
-    the largest batch that fits. ``budget_s`` bounds the whole search; Ctrl+C ends it early.
-    Either way the result holds what was measured. The plan skips batches that do not fit the
-    device's free memory (``capacity``, bytes or "8GiB", replaces it) less ``headroom``.
+    the largest batch that fits. ``budget_s`` bounds the whole search, counted from ``started_at``
+    (a ``time.monotonic()`` reading; default: now; the CLI passes its process's start), planning
+    and compiling included (see budget.py); Ctrl+C ends it early. Either way the result holds
+    what was measured. The plan skips batches that do not fit the device's free memory
+    (``capacity``, bytes or "8GiB", replaces it) less ``headroom``.
     """
     from trainmedic.plan.planner import check_headroom, parse_capacity
 
     check_headroom(headroom)
     capacity_bytes = parse_capacity(capacity) if capacity is not None else None
-    search = _Search(build, target, resolve_device(device), trials, min_trial_s, headroom, budget_s, callbacks or Callbacks(),
+    budget = Budget(budget_s, started_at if started_at is not None else time.monotonic())
+    search = _Search(build, target, resolve_device(device), trials, min_trial_s, headroom, budget, callbacks or Callbacks(),
                      capacity_bytes)
-    search.prepare(batch_sizes, precisions, compile, memory_formats, current_batch)
+    search.check(batch_sizes, precisions, compile, memory_formats, current_batch)
     try:
-        if exhaustive:
-            search.exhaustive()
-        else:
-            search.staged()
+        # The alarm bounds what no check between runs can: planning, a compile, a slow step.
+        with budget.alarm():
+            search.prepare(memory_formats)
+            if exhaustive:
+                search.exhaustive()
+            else:
+                search.staged()
     except KeyboardInterrupt:
         search.result.stopped_early = f"stopped by Ctrl+C after {len(search.result.measured)} measured configurations"
-    except _BudgetSpent:
-        search.result.stopped_early = f"the budget of {format_duration(budget_s or 0)} ran out after {len(search.result.measured)} measured configurations"
+    except (_BudgetSpent, OutOfTime):
+        search.result.stopped_early = (f"the budget of {format_duration(budget_s or 0)} ran out after "
+                                       f"{len(search.result.measured)} measured configurations")
+        if search.in_flight is not None:
+            search.result.stopped_early += f" (stopped while measuring {search.in_flight.label})"
     return search.finish()
 
 
@@ -115,11 +128,13 @@ class _Search:
     trials: int
     min_trial_s: float
     headroom: float
-    budget_s: float | None
+    budget: Budget
     callbacks: Callbacks
     capacity_bytes: int | None = None
     result: TuneResult = field(init=False)
-    started_at: float = field(default_factory=time.monotonic)
+    #: Seconds each eager configuration took to measure: the shortest is what the next one needs.
+    run_seconds: list[float] = field(default_factory=list)
+    in_flight: Config | None = None
     limits: dict[str, int | None] = field(default_factory=dict)
     costs: dict[tuple[int, str], Any] = field(default_factory=dict)
     explicit_batches: list[int] | None = None
@@ -128,8 +143,9 @@ class _Search:
     compile_options: list[bool] = field(default_factory=list)
     current: Config | None = None
 
-    def prepare(self, batch_sizes, precisions, compile, memory_formats, current_batch) -> None:
+    def check(self, batch_sizes, precisions, compile, memory_formats, current_batch) -> None:
         # Every typo is refused before the slow part (importing, tracing, measuring the roofs).
+        self.result = TuneResult(self.target, _describe(self.device), None, budget_s=self.budget.seconds)
         if self.trials < 3:
             raise TuneError(f"trials={self.trials}: at least 3 trials are needed to see the noise; e.g. --trials 5.")
         self.explicit_batches = check_batches(batch_sizes) if batch_sizes else None
@@ -141,13 +157,18 @@ class _Search:
         if current_batch is not None:
             check_batches([current_batch])
             self.current = Config(current_batch, "fp32")
+
+    def prepare(self, memory_formats) -> None:
+        """The slow part before any measurement: the batch axis, the roofs, the memory plans."""
         conv_format = inspect_build(self.build)
         if memory_formats is None:
             self.formats = ["contiguous", conv_format] if conv_format else ["contiguous"]
-        ceilings = device_ceilings(str(self.device))
-        self.result = TuneResult(self.target, _describe(self.device), ceilings, budget_s=self.budget_s)
+        ceilings = self.result.ceilings = device_ceilings(str(self.device))
         if not self.precisions:
-            self.precisions = default_precisions(self.device, ceilings.peak_flops if ceilings.source == "catalog" else None)
+            # A GPU's measured rates are not its tensor-core rates (catalog ones are); a CPU's are the
+            # only evidence of an fp16 fast path.
+            known = ceilings.source == "catalog" or self.device.type == "cpu"
+            self.precisions = default_precisions(self.device, ceilings.peak_flops if known else None)
         if self.device.type == "cpu":
             self.result.notes.append(f"CPU threads: {torch.get_num_threads()}; a step's speed here depends on what else the machine runs")
         for precision in self.precisions:
@@ -221,11 +242,16 @@ class _Search:
         limit = self.limits.get(config.precision)
         if limit is not None and (config.batch_size or 0) > limit:
             return self._skip(config, self._does_not_fit(config.batch_size or 0, config.precision))
-        deadline = self.started_at + self.budget_s if self.budget_s is not None else None
-        if deadline is not None and time.monotonic() >= deadline:
+        # Not started when it cannot finish: it needs at least what the quickest run so far took
+        # (a compile's first run is not known in advance; the alarm bounds it).
+        if not self.budget.allows(min(self.run_seconds, default=0.0)) or self.budget.spent():
             raise _BudgetSpent
         self.callbacks.started(config)
-        row = self._measure(config, deadline)
+        self.in_flight, started = config, time.monotonic()
+        row = self._measure(config, self.budget.deadline)
+        self.in_flight = None
+        if row.status == "measured" and not config.compile:
+            self.run_seconds.append(time.monotonic() - started)
         self.result.rows.append(row)
         self.callbacks.finished(row, self.result)
         return row
@@ -237,6 +263,8 @@ class _Search:
         try:
             with tf32(config.precision == "tf32") if self.device.type == "cuda" else contextlib.nullcontext():
                 step = TrainingStep(self.build, config, self.device)
+                if step.cuda_on_cpu and CUDA_ON_CPU not in self.result.notes:
+                    self.result.notes.append(CUDA_ON_CPU)
                 measurement = measure(step, trials=self.trials, min_trial_s=self.min_trial_s, deadline=deadline)
         except torch.cuda.OutOfMemoryError as exc:
             return Row(config, "failed", reason=f"out of memory at run time although the plan said it fits: {_first_line(exc)}")
@@ -256,7 +284,11 @@ class _Search:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         seconds_per_step = (config.batch_size or 1) / measurement.samples_per_s
-        cost = self._cost(config)
+        try:
+            cost = self._cost(config)
+        except OutOfTime:  # measured, but the roofline's trace did not finish: keep the speed
+            self.result.warnings.append(f"no roofline for {config.label}: the budget ran out while counting its FLOPs and bytes")
+            return Row(config, "measured", measurement)
         line = roofline(cost, self.result.ceilings, config.precision, seconds_per_step) if cost and self.result.ceilings else None
         return Row(config, "measured", measurement, line)
 
@@ -294,6 +326,8 @@ class _Search:
         limit = self.limits.get(precision)
         usable = int(self._free_bytes() * (1 - self.headroom))
         try:  # one more trace, on fake tensors, for the number the user will ask for
+            if self.budget.spent():
+                raise TuneError("no time left to trace it")
             needed = plan_memory(self.build, batch, device=self._plan_device(), capacity=self._free_bytes(),
                                  precision=precision, headroom=self.headroom).required_bytes
             need = f"needs {format_bytes(needed)}"
@@ -332,7 +366,7 @@ class _Search:
 
     def finish(self) -> TuneResult:
         result = self.result
-        result.elapsed_s = time.monotonic() - self.started_at
+        result.elapsed_s = time.monotonic() - self.budget.started_at
         result.baseline, result.baseline_source = self._baseline()
         result.best, result.ties = pick_best(result.measured, result.baseline)
         above = [r for r in result.measured if r.roofline and r.roofline.achieved_flops > 1.05 * r.roofline.peak_flops]

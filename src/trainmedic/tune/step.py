@@ -5,6 +5,9 @@ read by the planner's own functions), but on real tensors on the real device: fo
 under autocast, backward (through a GradScaler for fp16), the optimizer step, ``zero_grad``.
 The batch is the one ``build`` returned, reused every step: tune measures the model's step, not
 the input pipeline (that is ``trainmedic run``'s job).
+
+On the CPU, a build written for the GPU (``.cuda()``, ``.to("cuda")``, ``device="cuda"``) runs
+as ``trainmedic plan`` runs it: under plan's ``CudaToCpu``, so those tensors land on the CPU.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import torch
 
 from trainmedic.errors import TuneError
+from trainmedic.plan.fake_device import CudaToCpu, _is_cuda, _is_index
 from trainmedic.plan.trace import call_build, forward, loss_of, map_tensors, unpack_build
 from trainmedic.tune.model import Config
 
@@ -31,7 +35,13 @@ class TrainingStep:
             raise TuneError(f"{config.label}: a build target needs a batch size to build; got none.")
         self.config = config
         self.device = device
-        parts = call_build(build, config.batch_size)
+        on_cpu = _CudaSeen() if device.type == "cpu" else None
+        with on_cpu if on_cpu is not None else contextlib.nullcontext():
+            parts = call_build(build, config.batch_size)
+        #: The build named CUDA: its steps run under CudaToCpu too (a forward may create CUDA
+        #: tensors as well). Only then: the mode costs a Python call per torch call, which would
+        #: slow a small model's step by several per cent.
+        self.cuda_on_cpu = on_cpu is not None and on_cpu.seen
         model, inputs, optimizer, loss_fn = unpack_build(parts, build)
         memory_format = _FORMATS.get(config.memory_format)
         model = model.to(device)
@@ -49,6 +59,10 @@ class TrainingStep:
 
     def __call__(self) -> None:
         """One step: forward, loss, backward, optimizer step, zero_grad."""
+        with CudaToCpu() if self.cuda_on_cpu else contextlib.nullcontext():
+            self._step()
+
+    def _step(self) -> None:
         with self._autocast():
             out = forward(self.model, self.inputs)
             loss = loss_of(out, self.loss_fn)
@@ -69,6 +83,25 @@ class TrainingStep:
         """Wait for the device: a step's time is only known once its kernels have finished."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+class _CudaSeen(CudaToCpu):
+    """plan's CudaToCpu, remembering whether the build named a CUDA device at all."""
+
+    seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if not self.seen and _names_cuda(func, args, kwargs or {}):
+            self.seen = True
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _names_cuda(func, args: tuple, kwargs: dict) -> bool:
+    """What CudaToCpu rewrites: ``.cuda()``, a CUDA device, or a device index (``x.to(0)``)."""
+    if func is torch.Tensor.cuda or any(_is_cuda(v) for v in (*args, *kwargs.values())):
+        return True
+    index_at = 0 if func is torch.device else 1 if func is torch.Tensor.to else None
+    return _is_index(kwargs.get("device")) or (index_at is not None and len(args) > index_at and _is_index(args[index_at]))
 
 
 @contextlib.contextmanager

@@ -23,6 +23,16 @@ class Context:
     #: What marked the steps (``probe.clock``: "keras" for a Keras ``fit``), so advice can be
     #: worded in the script's own framework.
     step_source: str | None = None
+    #: With no step source of its own, the loop whose iterations were the steps (``gen.py:20``,
+    #: probe/loops.py): advice says "iteration" and knows what repeats.
+    loop: str | None = None
+    #: The run's command as the report has it (``["train.py", "--epochs", "1"]``, or ``["-m",
+    #: "pkg.train", ...]``), so advice can name the user's own script and options; () unknown.
+    command: tuple[str, ...] = ()
+
+    @property
+    def unit(self) -> str:
+        return "iteration" if self.loop else "step"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainmedic.diagnose.rules.base import Advice, Context, at
-from trainmedic.diagnose.rules.compute import TUNE
+from trainmedic.diagnose.rules.compute import tune_pointer
 
 
 def advise(kind: str, ctx: Context) -> Advice:
@@ -11,6 +11,6 @@ def advise(kind: str, ctx: Context) -> Advice:
         f"Memory-bandwidth-bound kernels{at(ctx)}",
         "Raise arithmetic intensity: fuse elementwise chains with `torch.compile(model)`, use "
         "bf16 to halve the bytes moved, `channels_last` for convolutions; a larger batch does "
-        f"not help here (seed 002: batch 4 was slower than batch 2). {TUNE}",
+        f"not help here (seed 002: batch 4 was slower than batch 2). {tune_pointer(ctx)}",
         factor=1.7,
     )

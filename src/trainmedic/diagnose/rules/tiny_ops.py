@@ -50,7 +50,7 @@ def advise(kind: str, ctx: Context) -> Advice:
         "gained 8-10x; on a GPU, CUDA graphs or torch.compile cut what remains."
     )
     return Advice(
-        f"{ctx.ops_per_step:,.0f} tiny tensor ops per step in a Python loop{at(ctx)}",
+        f"{ctx.ops_per_step:,.0f} tiny tensor ops per {ctx.unit} in a Python loop{at(ctx)}",
         fix,
         factor=8.0,
         # Pasteable only when it names the user's own function; a placeholder would not run.
@@ -67,7 +67,7 @@ def _keras(ctx: Context, name: str | None, launch: str) -> Advice:
         "(they broadcast over the batch axis), or map a function of one sample over the batch in one call with "
         f"`keras.ops.vectorized_map(fn, x)`. The {launch} drop from thousands to a handful: seed 001 gained 8-10x."
     )
-    return Advice(f"{ctx.ops_per_step:,.0f} tiny tensor ops per step in a Python loop{at(ctx)}", fix, factor=8.0)
+    return Advice(f"{ctx.ops_per_step:,.0f} tiny tensor ops per {ctx.unit} in a Python loop{at(ctx)}", fix, factor=8.0)
 
 
 def _function(ctx: Context) -> tuple[str | None, bool]:
@@ -80,6 +80,12 @@ def _function(ctx: Context) -> tuple[str | None, bool]:
     path, first, name = split_function_key(ctx.function)
     if path is None or not name.isidentifier():
         return None, False
+    if ctx.loop:
+        # The steps were iterations of the loop at ctx.loop: a function it calls (not the one it
+        # sits in) runs once per iteration, so it is the per-sample function, whatever loops over
+        # parts of a sample (multipath echoes) it holds.
+        loop_line = _line_of(ctx.loop, path)
+        return name, loop_line is not None and _within_function(path, first, loop_line)
     line = _line_of(ctx.where, path)
     return name, line is not None and _loop_around(path, first, line)
 
@@ -97,6 +103,19 @@ def _line_of(where: str | None, path: str) -> int | None:
 
 def _loop_around(path: str, first: int, line: int) -> bool:
     """True when ``line`` is inside a loop or comprehension of the function starting at ``first``."""
+    node = _function_node(path, first)
+    return node is not None and any(
+        isinstance(inner, _LOOPS) and _spans(inner, line) and not _outside_body(inner, line)
+        for inner in ast.walk(node)
+    )
+
+
+def _within_function(path: str, first: int, line: int) -> bool:
+    node = _function_node(path, first)
+    return node is not None and _spans(node, line)
+
+
+def _function_node(path: str, first: int) -> ast.AST | None:
     try:
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
@@ -105,18 +124,14 @@ def _loop_around(path: str, first: int, line: int) -> bool:
             warnings.simplefilter("ignore")
             tree = ast.parse(source)
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return False
+        return None
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
         # co_firstlineno is the first decorator's line for a decorated function.
-        if first not in (node.lineno, *(d.lineno for d in node.decorator_list)):
-            continue
-        return any(
-            isinstance(inner, _LOOPS) and _spans(inner, line) and not _outside_body(inner, line)
-            for inner in ast.walk(node)
-        )
-    return False
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and first in (
+            node.lineno, *(d.lineno for d in node.decorator_list)
+        ):
+            return node
+    return None
 
 
 def _spans(node: ast.AST, line: int) -> bool:
