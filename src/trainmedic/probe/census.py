@@ -30,6 +30,11 @@ class OpCensus:
         #: Set before the census starts to count FLOPs and bytes over the same steps.
         self.costs: OpCostCounter | None = None
 
+    @property
+    def started(self) -> bool:
+        """True once the census has begun counting (it may have finished since)."""
+        return self._mode is not None or bool(self.steps_counted)
+
     def on_step(self, index: int) -> None:
         """Called at every step boundary with the index of the step that starts now."""
         self._last_index = index

@@ -96,6 +96,7 @@ class WatchSession:
         self.collectives = CollectiveTimer(self.clock)
         self.sources = SourceRecorder()
         self.census = OpCensus(self.classifier, start_step=1, steps=max(warmup - 1, 0))
+        self._census_source: str | None = None  # the step source the census counts steps of
         self.nvml: device_probe.NvmlSampler | None = None
         self.sync_cuda_steps = sync_cuda_steps
         self.find_loops = find_loops
@@ -143,8 +144,23 @@ class WatchSession:
             if device_probe.nvml_wanted() and self.nvml is None:
                 self.nvml = device_probe.NvmlSampler()
                 self.nvml.start()
+        if self.clock.source != self._census_source:
+            self._census_source = self.clock.source
+            self._restart_census()
         if self.census.end_step > self.census.start_step:
             self.census.on_step(index)
+
+    def _restart_census(self) -> None:
+        """A better step source took over (the first optimizer step after the iterations of a
+        set-up loop, or a Keras model's build): ops counted per step of the old one say nothing
+        about the new steps, so the census counts again over the new source's warm-up."""
+        old = self.census
+        if not old.started:
+            return
+        old.stop()
+        self.census = OpCensus(self.classifier, start_step=old.start_step, steps=old.end_step - old.start_step)
+        if old.costs is not None:
+            self.census.costs = OpCostCounter()
 
     def _start_gpu_measurements(self) -> None:
         # After before_boundary took the unwrapped torch.cuda.synchronize: the step boundary's
