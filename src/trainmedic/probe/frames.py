@@ -15,11 +15,13 @@ trainmedic's own data loader is one of those libraries: time under ``trainmedic.
 
 from __future__ import annotations
 
+import ast
 import linecache
 import os
 import re
 import sys
 import sysconfig
+import warnings
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
@@ -280,3 +282,17 @@ def _is_user_file(filename: str, roots: tuple[str, ...]) -> bool:
         return False
     path = os.path.realpath(filename)
     return not any(path.startswith(root) for root in roots) and "site-packages" not in path
+
+
+def read_tree(path: str) -> ast.Module | None:
+    """The syntax tree of a user's source file, or None when it cannot be read or parsed.
+
+    The user's code is read, not run: its SyntaxWarnings are not ours to show."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(source)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None

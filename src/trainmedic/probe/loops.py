@@ -24,7 +24,6 @@ import ast
 import signal
 import sys
 import threading
-import warnings
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 from trainmedic.probe.clock import LOOP, StepClock
-from trainmedic.probe.frames import FrameClassifier
+from trainmedic.probe.frames import FrameClassifier, read_tree
 
 #: Samples looked at together: about 0.3 s of a run at the default 10 ms interval.
 WINDOW = 30
@@ -125,13 +124,8 @@ def _inside(site: _Site, line: int | None) -> bool:
 def _loop_sites(filename: str) -> dict[Any, list[_Site]]:
     """Every function's own loops (not those of functions nested in it), by the key
     :meth:`LoopFinder._sites_of` looks code objects up with."""
-    try:
-        with open(filename, encoding="utf-8") as handle:
-            source = handle.read()
-        with warnings.catch_warnings():  # the user's SyntaxWarnings are not ours to show
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+    tree = read_tree(filename)
+    if tree is None:
         return {}
     sites: dict[Any, list[_Site]] = {}
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import ast
 import os
-import warnings
 
 from trainmedic.diagnose.rules.base import Advice, Context, at, is_keras
+from trainmedic.probe.frames import read_tree
 from trainmedic.probe.recorder import split_function_key
 
 #: Stands for the user's per-sample function when the census cannot name it.
@@ -116,14 +116,8 @@ def _within_function(path: str, first: int, line: int) -> bool:
 
 
 def _function_node(path: str, first: int) -> ast.AST | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            source = handle.read()
-        # The user's code is read, not run: its SyntaxWarnings are not ours to show.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+    tree = read_tree(path)
+    if tree is None:
         return None
     for node in ast.walk(tree):
         # co_firstlineno is the first decorator's line for a decorated function.
