@@ -163,7 +163,8 @@ def test_ctrl_c_reports_what_was_measured_and_exits_130(tm):
 
 def test_html_report_is_written(tm):
     tm.script("train.py", LOOP)
-    result = tm("run", "--html", "report.html", "--quiet", "train.py")
+    # 120 steps of ~0.5 ms: enough for the sampler to see inside them, so the report has a timeline.
+    result = tm("run", "--html", "report.html", "--quiet", "train.py", "--iters", "120")
     assert result.returncode == 0
     html = (tm.cwd / "report.html").read_text(encoding="utf-8")
     assert "timeline-chart" in html
@@ -194,7 +195,7 @@ def test_a_report_path_lost_during_the_run_is_an_error_not_a_traceback(tm):
     # The folder is replaced by a file while the script runs: the report cannot be written.
     tm.script("train.py", LOOP + "\nimport shutil\nshutil.rmtree('out')\nopen('out', 'w').close()\nsys.exit(3)\n")
     (tm.cwd / "out").mkdir()
-    result = tm("run", "--json", "out/report.json", "train.py")
+    result = tm("run", "--json", "out/report.json", "train.py", "--iters", "120")  # steps long enough for findings
     assert result.returncode == 3  # still the script's own exit code
     assert "trainmedic: error: cannot write the JSON report to out/report.json: " in result.stderr
     assert "Traceback" not in result.stderr
