@@ -1,4 +1,4 @@
-"""What a ``trainmedic.guard.Checkpointer`` save and restore cost: time, bandwidth, added memory.
+"""What a ``trainmedic.checkpoint.Checkpointer`` save and restore cost: time, bandwidth, added memory.
 
 Four cases, every arm in a fresh child process (its peak resident set is its own), the arms of a
 case interleaved over rounds with the order rotated, medians reported:
@@ -160,7 +160,7 @@ def _one_step(model: Any, optimizer: Any) -> float:
 
 
 def _state_bytes(model: Any, optimizer: Any) -> int:
-    from trainmedic.guard import state
+    from trainmedic.checkpoint import state
 
     return state.nbytes(model.state_dict()) + state.nbytes(optimizer.state_dict())
 
@@ -173,9 +173,9 @@ def child_save(arm: str, directory: Path, layers: int) -> dict[str, Any]:
     target = directory / "state.pt"
     fsync_seconds = [0.0]
     if arm == "checkpointer":
-        from trainmedic import guard
+        from trainmedic.checkpoint import Checkpointer
 
-        ckpt = guard.Checkpointer(directory / "ckpt", every=None, signals=())
+        ckpt = Checkpointer(directory / "ckpt", every=None, signals=())
         real_fsync = os.fsync
 
         def timed_fsync(fd: int) -> None:  # how much of the save is fsync (diagnostic only)
@@ -228,9 +228,9 @@ def child_restore(arm: str, checkpoint: Path, layers: int) -> dict[str, Any]:
     with Peak() as peak:
         started = time.perf_counter()
         if arm == "checkpointer":
-            from trainmedic import guard
+            from trainmedic.checkpoint import Checkpointer
 
-            step = guard.Checkpointer(checkpoint.parent, every=None, signals=()).restore(model=model, optimizer=optimizer)
+            step = Checkpointer(checkpoint.parent, every=None, signals=()).restore(model=model, optimizer=optimizer)
             assert step == 1, step
         else:
             mmap = arm == "torch_load_mmap"
@@ -257,7 +257,7 @@ def child_restore(arm: str, checkpoint: Path, layers: int) -> dict[str, Any]:
 def child_skip(directory: Path, calls: int, block: int) -> dict[str, Any]:
     import torch
 
-    from trainmedic import guard
+    from trainmedic.checkpoint import Checkpointer
 
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 10))
     optimizer = torch.optim.AdamW(model.parameters())
@@ -273,7 +273,7 @@ def child_skip(directory: Path, calls: int, block: int) -> dict[str, Any]:
 
     model.state_dict = counting("model", model.state_dict)
     optimizer.state_dict = counting("optimizer", optimizer.state_dict)
-    ckpt = guard.Checkpointer(directory / "ckpt", every=10**9)  # default signals: their check is part of the call
+    ckpt = Checkpointer(directory / "ckpt", every=10**9)  # default signals: their check is part of the call
     assert ckpt.save(0, model=model, optimizer=optimizer)  # the first call writes
     after_first = dict(counts)
 
@@ -322,9 +322,9 @@ def child_numpy(arm: str, directory: Path, nbytes: int) -> dict[str, Any]:
     result: dict[str, Any] = {"arm": arm, "state_bytes": sum(a.nbytes for a in state.values() if hasattr(a, "nbytes"))}
     target = directory / "state.pkl"
     if arm == "checkpointer":
-        from trainmedic import guard
+        from trainmedic.checkpoint import Checkpointer
 
-        ckpt = guard.Checkpointer(directory / "ckpt", every=None, signals=())
+        ckpt = Checkpointer(directory / "ckpt", every=None, signals=())
     with Peak() as peak:
         started = time.perf_counter()
         if arm == "checkpointer":

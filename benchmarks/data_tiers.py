@@ -211,7 +211,7 @@ def profile(arm: Arm, blocks: int = 3, top: int = 14) -> dict[str, Any]:
     stats = pstats.Stats(profiler, stream=io.StringIO())
     total = stats.total_tt or 1e-12
     rows = []
-    for (filename, line, func), (cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, line, func), (_cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
         rows.append({
             "function": func,
             "where": f"{_short_path(filename)}:{line}",
@@ -549,7 +549,7 @@ def section_disk(ctx: Context) -> dict[str, Any]:
     path = ctx.small_h5()
     caches = ctx.work / "disk-cache"
     build, reuse, facts = [], [], []
-    for r in range(ctx.size.ttfb_rounds):
+    for _ in range(ctx.size.ttfb_rounds):
         shutil.rmtree(caches, ignore_errors=True)
         for which in ("build", "reuse"):
             gc.collect()

@@ -1,6 +1,6 @@
 """How long `trainmedic lint` takes on 10,000+ lines of training code (goal: under 2 s).
 
-The input is real Python: the precision corpus (tests/guard/lint/corpus), the bottleneck zoo
+The input is real Python: the precision corpus (tests/lint/corpus), the bottleneck zoo
 (tests/scenarios) and trainmedic's own source, copied into a temporary folder as many times as it
 takes to pass --lines. Three timings, each the median of --repeats runs, interleaved:
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import _env
 
 GOAL_SECONDS = 2.0
-SOURCES = ("tests/guard/lint/corpus", "tests/scenarios", "src/trainmedic")
+SOURCES = ("tests/lint/corpus", "tests/scenarios", "src/trainmedic")
 
 
 def build_tree(root: Path, min_lines: int) -> tuple[int, int]:
@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
-    from trainmedic.guard.lint import lint_paths
+    from trainmedic.lint import lint_paths
 
     with tempfile.TemporaryDirectory(prefix="lint-speed-") as folder:
         root = Path(folder)

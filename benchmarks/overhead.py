@@ -317,8 +317,8 @@ def memory_child(specs: list[tuple[int, float]]) -> dict[str, Any]:
 
     def recorder(n: int) -> dict[str, Any]:
         """A Recorder fed one sample per step for ``n`` steps, as a sampler would over a long run."""
-        from trainmedic.probe.frames import Classified
-        from trainmedic.probe.recorder import Recorder
+        from trainmedic.run.probe.frames import Classified
+        from trainmedic.run.probe.recorder import Recorder
 
         kinds = [Classified("compute", "forward", "train.py:41", work.__code__), Classified(None, "", "train.py:44", work.__code__),
                  Classified("data", "loader", "train.py:38", work.__code__)]

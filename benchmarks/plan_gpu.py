@@ -114,9 +114,9 @@ def _this_card():
 
 def _case(name: str, device, plan_only: bool, out: Path | None) -> tuple[dict[str, Any], list[dict]]:
     from trainmedic.plan import load_build
+    from trainmedic.plan.from_trace import plan_from_trace
     from trainmedic.plan.learn import learn_workspaces
     from trainmedic.plan.recorded import write_recorded
-    from trainmedic.plan.planner import plan_from_trace
     from trainmedic.plan.trace import trace_step
     from trainmedic.plan.verify import record_on_gpu, verify_against
 

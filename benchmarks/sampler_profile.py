@@ -35,7 +35,7 @@ WORKLOAD = _env.BENCHMARKS / "workloads" / "step_bound.py"
 
 def instrumented_run(sampler: Any, log: list[tuple[float, ...]], skip_steps: int) -> None:
     """``StackSampler._run`` with timers; keep it step for step in line with the original."""
-    from trainmedic.probe.sampler import _MODEL_KINDS
+    from trainmedic.run.probe.sampler import _MODEL_KINDS
 
     clock, recorder, classify = sampler.clock, sampler.recorder, sampler.classifier.classify
     pc, tt = time.perf_counter, time.thread_time
@@ -106,7 +106,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
 
-    from trainmedic.probe.session import WatchSession
+    from trainmedic.run.probe.session import WatchSession
 
     session = WatchSession(interval=args.interval_ms / 1000)
     sampler = session.sampler

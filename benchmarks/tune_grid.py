@@ -35,8 +35,8 @@ import mlp
 import torch
 import unet3d
 
+from trainmedic.roofline.place import catalog_ceilings, roofline
 from trainmedic.tune import tune
-from trainmedic.tune.ceilings import catalog_ceilings, roofline
 from trainmedic.tune.counting import count_step
 from trainmedic.tune.measure import measure
 from trainmedic.tune.model import Measurement, Row

@@ -1,5 +1,10 @@
 """The public API: one sorted __all__, every name importable, nothing private leaking."""
 
+import importlib
+import sys
+
+import pytest
+
 import trainmedic
 
 
@@ -18,16 +23,16 @@ def test_plan_api_is_one_sorted_all():
     assert all(hasattr(plan, name) for name in plan.__all__)
 
 
-def test_guard_api_is_one_sorted_all_and_imports_no_torch():
+def test_checkpoint_api_is_one_sorted_all_and_imports_no_torch():
     import subprocess
     import sys
 
-    import trainmedic.guard as guard
+    import trainmedic.checkpoint as checkpoint
 
-    assert guard.__all__ == sorted(guard.__all__)
-    assert all(hasattr(guard, name) for name in guard.__all__)
+    assert checkpoint.__all__ == sorted(checkpoint.__all__)
+    assert all(hasattr(checkpoint, name) for name in checkpoint.__all__)
     # A NumPy-only training script must not pay for importing torch through the Checkpointer.
-    code = "import sys, trainmedic.guard; print('torch' in sys.modules)"
+    code = "import sys, trainmedic.checkpoint; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
@@ -36,10 +41,10 @@ def test_importing_trainmedic_leaves_the_global_random_stream_alone():
     import sys
 
     # rich draws a seed from `random` when imported; a script seeded before `from trainmedic import
-    # guard` must draw what it would draw without trainmedic, or a resume cannot be exact.
+    # checkpoint` must draw what it would draw without trainmedic, or a resume cannot be exact.
     code = (
         "import random; random.seed(0); a = random.random(); random.seed(0); "
-        "import trainmedic.guard, trainmedic.cli.main; print(random.random() == a)"
+        "import trainmedic.checkpoint, trainmedic.cli.main; print(random.random() == a)"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
 
@@ -49,3 +54,20 @@ def test_batch_api_is_one_sorted_all():
 
     assert batch.__all__ == sorted(batch.__all__)
     assert all(hasattr(batch, name) for name in batch.__all__)
+
+
+def test_old_guard_imports_still_work_and_name_the_new_home():
+    import trainmedic.checkpoint
+    import trainmedic.lint
+    import trainmedic.preflight
+
+    with pytest.warns(DeprecationWarning, match=r"trainmedic\.checkpoint\.Checkpointer"):
+        from trainmedic.guard import Checkpointer
+    assert Checkpointer is trainmedic.checkpoint.Checkpointer
+    for name in ("lint", "preflight"):
+        sys.modules.pop(f"trainmedic.guard.{name}", None)
+        with pytest.warns(DeprecationWarning, match=rf"trainmedic\.guard\.{name} moved to trainmedic\.{name}"):
+            old = importlib.import_module(f"trainmedic.guard.{name}")
+        new = importlib.import_module(f"trainmedic.{name}")
+        assert old.__all__ == new.__all__
+        assert all(getattr(old, n) is getattr(new, n) for n in new.__all__)

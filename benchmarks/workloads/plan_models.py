@@ -25,7 +25,7 @@ from torch import nn
 
 # The transformer block of the recorded set (its pre-norm block with SDPA), from benchmarks/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import plan_zoo  # noqa: E402
+import plan_zoo
 
 # -- ViT with SDPA ----------------------------------------------------------------------------
 

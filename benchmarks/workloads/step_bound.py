@@ -69,7 +69,7 @@ optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 def _session():
     # Under `trainmedic run` the watch session is live in this process. The plain run never
     # imports trainmedic: it is only looked up in sys.modules.
-    module = sys.modules.get("trainmedic.probe.session")
+    module = sys.modules.get("trainmedic.run.probe.session")
     return module.active_session() if module is not None else None
 
 
@@ -83,7 +83,7 @@ def _counters() -> dict:
 
 
 if args.toggle_watch:
-    from trainmedic.probe.session import WatchSession
+    from trainmedic.run.probe.session import WatchSession
 
 toggled: WatchSession | None = None
 watched: list[bool] = []

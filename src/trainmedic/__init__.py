@@ -9,10 +9,10 @@ _random_state = _random.getstate()
 
 from trainmedic._version import __version__
 from trainmedic.errors import NotPythonError, ScriptError, ScriptNotFoundError, TrainmedicError, WatchError
-from trainmedic.report.console import render_console
-from trainmedic.report.html import render_html, write_html
-from trainmedic.report.model import Finding, Report
-from trainmedic.watch import Watch, step, watch
+from trainmedic.run.report.console import render_console
+from trainmedic.run.report.html import render_html, write_html
+from trainmedic.run.report.model import Finding, Report
+from trainmedic.run.watch import Watch, step, watch
 
 _random.setstate(_random_state)
 del _random_state

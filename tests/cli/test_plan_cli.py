@@ -1,15 +1,16 @@
-"""trainmedic plan as a user runs it: the rendered plan, the JSON contract, exit codes, errors."""
+"""trainmedic plan as a user runs it: the printed plan, the JSON contract, exit codes, errors.
 
-import io
-from pathlib import Path
+The renderer itself, as exact text, is tested in tests/plan/test_plan_console.py.
+"""
+
 import os
+from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from trainmedic.cli.plan import PRECISIONS, render_plan
+from trainmedic.cli.plan import PRECISIONS
 from trainmedic.devices import known_devices
-from trainmedic.plan.model import CATEGORIES, Breakdown, Hotspot, Plan
+from trainmedic.plan.model import CATEGORIES
 
 MiB, GiB = 2**20, 2**30
 
@@ -33,133 +34,6 @@ def build(batch_size):
 
 CONTRACT = ["schema", "device", "capacity_bytes", "batch_size", "precision", "peak_bytes", "breakdown", "fits", "max_batch", "hotspots"]
 EXTRAS = {"reserved_bytes", "needed_bytes", "headroom", "exact", "notes", "warnings", "confidence", "margin", "required_bytes"}
-
-
-# --- the renderer, at a fixed width, as exact text -------------------------------------------
-
-
-def render(plan: Plan) -> str:
-    console = Console(file=io.StringIO(), width=100, record=True, force_terminal=False)
-    render_plan(plan, console)
-    return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
-
-
-def t4_plan(where: str, **changes) -> Plan:
-    fields = {
-        "device": "t4",
-        "capacity_bytes": 15_843_721_216,
-        "batch_size": 64,
-        "precision": "bf16",
-        "peak_bytes": 12 * GiB,
-        "reserved_bytes": 12 * GiB + 256 * MiB,
-        "breakdown": Breakdown(400 * MiB, 400 * MiB, 800 * MiB, 8 * GiB + 448 * MiB, 2 * GiB, 300 * MiB),
-        "headroom": 0.1,
-        "max_batch": 80,
-        "bytes_per_sample": 150 * MiB,
-        "hotspots": [
-            Hotspot("softmax in attn", f"{where}:6", 4 * GiB, "B·H·S²·bytes = 64·4·6272²·2 = 18.8 GiB", "pool before attention"),
-            # A backward op as the planner reports it: named so, at the forward line it differentiates.
-            Hotspot("mm (backward)", f"{where}:5", GiB, "B·S·D·bytes = 64·6272·1024·2 = 784.0 MiB", "recompute it"),
-            Hotspot("_foreach_sqrt", "<unknown>:0", 400 * MiB, "P·bytes = 104857600·4 = 400.0 MiB", ""),
-        ],
-        "notes": ["Adam planned with foreach=True, its default on CUDA"],
-        "warnings": ["the step could not be traced past einsum"],
-    }
-    fields.update(changes)
-    return Plan(**fields)
-
-
-SOURCE = """\
-import torch
-
-
-def build(batch_size):
-    model = torch.nn.TransformerEncoderLayer(256, 4, batch_first=True)
-    scores = torch.randn(batch_size, 4, 6272, 6272)
-"""
-
-EXPECTED_T4 = """\
-Plan for NVIDIA T4 (14.8 GiB), batch 64, bf16
-
-  parameters           400.0 MiB   3%  weights and buffers
-  gradients            400.0 MiB   3%  alive at the peak
-  optimizer state      800.0 MiB   6%  e.g. Adam's two moments
-  activations            8.4 GiB  67%  inputs and tensors saved for backward
-  temporaries            2.0 GiB  16%  intermediates alive at the peak
-= peak allocated        12.0 GiB  96%  torch.cuda.max_memory_allocated
-  allocator reserve    256.0 MiB   2%  reserved - peak: block rounding, cached segments
-  cuda context         300.0 MiB   2%  outside the allocator: context, cuBLAS, cuDNN
-= needed                12.5 GiB       what the card must hold
-usable after headroom   13.3 GiB       10% of 14.8 GiB kept free
-
-fits with 754.8 MiB free
-largest batch that fits: 80 (with 10% headroom, about 150.0 MiB per sample)
-
-Hotspots: the largest tensors alive at the peak
-     4.0 GiB  softmax in attn at model.py:6
-              B·H·S²·bytes = 64·4·6272²·2 = 18.8 GiB
-              6 | scores = torch.randn(batch_size, 4, 6272, 6272)
-              -> pool before attention
-     1.0 GiB  mm (backward) at model.py:5
-              B·S·D·bytes = 64·6272·1024·2 = 784.0 MiB
-              5 | model = torch.nn.TransformerEncoderLayer(256, 4, batch_first=True)
-              -> recompute it
-   400.0 MiB  _foreach_sqrt (no line of yours: inside a library call)
-              P·bytes = 104857600·4 = 400.0 MiB
-
-note: Adam planned with foreach=True, its default on CUDA
-warning: the step could not be traced past einsum
-"""
-
-
-def test_a_gpu_plan_renders_exactly(tmp_path, monkeypatch):
-    (tmp_path / "model.py").write_text(SOURCE, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    assert render(t4_plan(str(tmp_path / "model.py"))) == EXPECTED_T4
-
-
-def test_a_plan_that_does_not_fit_says_by_how_much_and_points_to_max_batch():
-    plan = t4_plan("gone.py", batch_size=128, peak_bytes=15 * GiB, reserved_bytes=15 * GiB, max_batch=None, hotspots=[], notes=[], warnings=[])
-    text = render(plan)
-    assert "does NOT fit: needs 2.0 GiB more; --max-batch finds the largest batch that fits\n" in text
-    assert "largest batch that fits:" not in text and "Hotspots" not in text and "note:" not in text
-
-
-def test_a_lower_bound_says_so_in_the_peak_row_and_the_verdict():
-    text = render(t4_plan("m.py", exact=False))
-    assert "= peak allocated (at least)   12.0 GiB  96%" in text
-    assert "fits with 754.8 MiB free, but the plan is a lower bound (see the warnings)\n" in text
-
-
-def test_a_missing_source_file_shows_the_place_without_a_line():
-    text = render(t4_plan("/nowhere/model.py"))
-    assert "softmax in attn at /nowhere/model.py:6\n" in text
-    assert " | " not in text
-
-
-def test_no_batch_fits_and_a_custom_card():
-    plan = t4_plan("m.py", device="custom", capacity_bytes=GiB, batch_size=1, max_batch=0, bytes_per_sample=None, hotspots=[])
-    text = render(plan)
-    assert text.startswith("Plan for a GPU of 1.0 GiB, batch 1, bf16\n")
-    assert "largest batch that fits: 0 (even batch 1 does not fit)\n" in text
-
-
-def test_the_host_plan_leaves_out_allocator_and_context_rows():
-    plan = Plan("cpu", 32 * GiB, 8, "fp32", 3 * MiB, Breakdown(MiB, MiB, MiB // 2, MiB // 4, MiB // 4, 0), 3 * MiB)
-    text = render(plan)
-    assert text.startswith("Plan for the host CPU (32.0 GiB of RAM), batch 8, fp32\n")
-    assert "= peak allocated         3.0 MiB  100%\n" in text
-    assert "usable after headroom   32.0 GiB        no headroom kept (--headroom)\n" in text
-    for row in ("allocator reserve", "cuda context", "= needed", "max_memory_allocated"):
-        assert row not in text
-
-
-def test_warnings_are_yellow_and_notes_dim():
-    console = Console(file=io.StringIO(), width=100, record=True, force_terminal=True, color_system="standard")
-    render_plan(t4_plan("m.py"), console)
-    ansi = console.export_text(styles=True)
-    assert "\x1b[33mwarning: the step could not be traced past einsum" in ansi
-    assert "\x1b[2mnote: Adam planned" in ansi
 
 
 def test_the_early_precision_check_matches_the_planner():
@@ -376,11 +250,3 @@ def test_a_file_that_is_no_trace_is_refused(mlp):
     result = mlp("plan", "model.py", "--device", "h200", "--batch", "8", "--verify-trace", "t.json")
     assert result.returncode == 2
     assert "t.json is not a gpu-alloc-trace/1 document (schema 'trainmedic.plan/1')" in result.stderr
-
-
-def test_the_cli_names_the_lower_bound_level_as_the_planner_does():
-    # Named twice so that the command starts without importing torch.
-    from trainmedic.cli import plan_verify
-    from trainmedic.plan import confidence
-
-    assert plan_verify.LOWER_BOUND == confidence.LOWER_BOUND

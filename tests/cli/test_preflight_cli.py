@@ -38,12 +38,12 @@ print("trained", sys.argv[-1])
 
 RESUMABLE = """
 import random
-from trainmedic import guard
+from trainmedic.checkpoint import Checkpointer
 
 random.seed(0)
 noise = random.Random(1)  # never given to the Checkpointer: a resumed run draws other numbers
 state = {"w": 0.0}
-ckpt = guard.Checkpointer("runs/exp")
+ckpt = Checkpointer("runs/exp")
 start = ckpt.restore(state=state)
 for step in range(start, 6):
     state["w"] += noise.random()
@@ -158,7 +158,7 @@ def test_project_folder_session_limit_and_device_from_the_command_line(tm, tmp_p
     tm.cwd, project = elsewhere, tm.cwd
     result = tm("preflight", "fast", "--project", str(project), "--session-limit", "9h", "--device", "t4", "--json", "s.json")
     assert result.returncode == 0, result.stderr
-    assert "needs 2 sessions of 9h: pass deadline='8h45m' to guard.Checkpointer" in " ".join(text(result.stdout).split())
+    assert "needs 2 sessions of 9h: pass deadline='8h45m' to checkpoint.Checkpointer" in " ".join(text(result.stdout).split())
     report = json.loads((elsewhere / "s.json").read_text())
     assert (report["device"], report["session_limit_seconds"]) == ("t4", 32400.0)
     assert report["experiments"][0]["session"]["sessions"] == 2

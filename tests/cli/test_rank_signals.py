@@ -8,7 +8,7 @@ import time
 import pytest
 
 from trainmedic.cli.run_ranks import RankSignals
-from trainmedic.probe.runner import Terminated
+from trainmedic.run.probe.runner import Terminated
 
 
 def test_sigterm_ends_the_running_script_and_is_only_noted_after_it():

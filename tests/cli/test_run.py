@@ -33,7 +33,7 @@ print("argv", sys.argv[1:], __name__)
 sys.exit(3)
 """)
     # 120 steps of ~0.5 ms: long enough for the 10 ms sampler to see inside steady steps, which
-    # a verdict needs (a handful of sub-millisecond steps gives none: tests/diagnose/test_evidence.py).
+    # a verdict needs (a handful of sub-millisecond steps gives none: tests/run/diagnose/test_evidence.py).
     result = tm("run", "--json", "report.json", "train.py", "--iters", "120", "--flag")
     assert result.returncode == 3
     assert "argv ['--iters', '120', '--flag'] __main__" in result.stdout
@@ -81,7 +81,7 @@ def test_a_script_that_raises_shows_its_traceback_the_report_and_exits_1(tm):
     assert result.returncode == 1
     assert "Traceback (most recent call last)" in result.stderr
     assert "RuntimeError: shape mismatch in phase 2" in result.stderr
-    assert "runpy" not in result.stderr and "trainmedic/probe" not in result.stderr
+    assert "runpy" not in result.stderr and "trainmedic/run/probe" not in result.stderr
     report = tm.report()
     assert report["outcome"] == "exception"
     assert "train.py:" in report["message"]

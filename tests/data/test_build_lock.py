@@ -4,7 +4,7 @@ swept; a live holder on another host makes a waiter wait, and give up with a cle
 
 Real processes throughout, synchronised by files they write (never by sleeping): the holder
 writes ``building`` and blocks until the test writes ``go``; the waiter writes ``waiting`` when it
-gives its wait note. The 2-rank torchrun build is in tests/guard/test_checkpoint_ranks.py.
+gives its wait note. The 2-rank torchrun build is in tests/checkpoint/test_checkpoint_ranks.py.
 """
 
 import json

@@ -5,7 +5,7 @@ import io
 import numpy as np
 
 from trainmedic import data
-from trainmedic.report.progress import ProgressBar
+from trainmedic.progress import ProgressBar
 
 
 class Recorder:

@@ -1,6 +1,6 @@
 """Sharding an epoch across ranks (data.load's shard=): disjoint, complete, the same batch count
 on every rank, exact resume per rank, a clear refusal at another world size. No processes here:
-tests/guard/test_checkpoint_ranks.py runs the same across 2 real torchrun ranks."""
+tests/checkpoint/test_checkpoint_ranks.py runs the same across 2 real torchrun ranks."""
 
 import numpy as np
 import pytest

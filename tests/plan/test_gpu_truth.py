@@ -23,8 +23,8 @@ from trainmedic.plan.allocator import CachingAllocatorModel, round_size
 from trainmedic.plan.compare import before_step_bytes, compare
 from trainmedic.plan.confidence import CHECKED, CHECKED_BOUND, ESTIMATED, ESTIMATED_BOUND
 from trainmedic.plan.cuda import conv
+from trainmedic.plan.from_trace import plan_from_trace
 from trainmedic.plan.learn import learn_workspaces
-from trainmedic.plan.planner import plan_from_trace
 from trainmedic.plan.recorded import load_recorded
 from trainmedic.plan.trace import trace_step
 

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from trainmedic.devices import get_device
 from trainmedic.plan import plan_memory
 from trainmedic.plan.allocator import round_size
-from trainmedic.plan.hotspots import formula_of
 from trainmedic.plan.cuda.attention import sdpa_kernel
 from trainmedic.plan.cuda.blas import CUBLAS_WORKSPACE
+from trainmedic.plan.hotspots import formula_of
 from trainmedic.plan.tracker import Allocation
 
 SIZES = [(256, 512), (512, 512), (512, 10)]

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from trainmedic.errors import TuneError
-from trainmedic.tune.ceilings import CACHE_FILE, catalog_ceilings, cpu_cache_key, device_ceilings, roofline
-from trainmedic.tune.counting import StepCost
-from trainmedic.tune.model import Ceilings
+from trainmedic.roofline.model import Ceilings, StepCost
+from trainmedic.roofline.place import catalog_ceilings, roofline
+from trainmedic.tune.ceilings import CACHE_FILE, cpu_cache_key, device_ceilings
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from torch import nn
 
 from trainmedic.devices import get_device
 from trainmedic.errors import PlanError, TuneError
-from trainmedic.tune.counting import ELEMENTWISE_OTHER, MATMUL_CONV, StepCost, count_step
+from trainmedic.roofline.model import StepCost
+from trainmedic.tune.counting import ELEMENTWISE_OTHER, MATMUL_CONV, count_step
 
 D = 128
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from proc_kit import alive, wait_for
 
-from trainmedic.diagnose.rules.compute import batch_option
 from trainmedic.errors import TuneError
+from trainmedic.run.diagnose.rules.compute import batch_option
 from trainmedic.tune.model import Config
 from trainmedic.tune.script import measure_script, script_grid
 from trainmedic.tune.script_options import (

@@ -16,7 +16,7 @@ threads, the GPU 28 % busy; one call per 256 samples was the 8-10x fix, written 
 Layers: ``rng`` (per-sample random streams), ``vectorize`` (vmap or the loop), ``params``
 (the job's columns), ``sizing`` (samples per call from memory), ``shards`` (the output folder),
 ``generate`` (the job). Nothing here prints: a fallback is a :class:`FallbackWarning`, progress
-goes to an object that ``report/`` draws.
+goes to an object that ``trainmedic.progress`` draws.
 """
 
 from trainmedic.batch.generate import Generated, generate

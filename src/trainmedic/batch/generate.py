@@ -336,7 +336,7 @@ def _device(device: Any) -> torch.device:
 
 
 def _stop(catcher: Any, store: ShardStore, step: int, what: str) -> None:
-    """End the process as the signal asked, once what was asked is saved (guard.Preempted)."""
+    """End the process as the signal asked, once what was asked is saved (checkpoint.Preempted)."""
     catcher.saving = True
     message = f"trainmedic: {catcher.name}: {what}"
     logger.warning(message)
@@ -349,7 +349,7 @@ def _rows_in(store: ShardStore, index: int) -> int:
 
 
 def _catch_stop_signals():
-    from trainmedic.guard.schedule import SignalCatcher
+    from trainmedic.checkpoint.schedule import SignalCatcher
 
     # SIGINT as well as SIGTERM: Ctrl+C at a terminal is how seed 001's users would cancel. A
     # second signal a second or more after the first acts at once, as it would without trainmedic;

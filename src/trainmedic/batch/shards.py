@@ -28,33 +28,10 @@ from typing import Any
 import numpy as np
 
 from trainmedic._os import TEMP_PREFIX, abandoned, fsync_dir, remove_path, temp_sibling, write_text_atomically
+from trainmedic.data.shard_format import FORMAT, MANIFEST, STORAGES, read_manifest, shard_path
 from trainmedic.errors import BatchError, require
 
 __all__ = ["FORMAT", "MANIFEST", "STORAGES", "ShardStore", "read_manifest", "shard_path"]
-
-MANIFEST = "trainmedic-batch.json"
-FORMAT = "trainmedic.batch/1"
-STORAGES = ("npy", "hdf5", "zarr")
-_SUFFIX = {"npy": "", "hdf5": ".h5", "zarr": ".zarr"}
-
-
-def shard_path(out: Path, storage: str, index: int) -> Path:
-    return Path(out) / f"shard-{index:06d}{_SUFFIX[storage]}"
-
-
-def read_manifest(out: Path) -> dict | None:
-    """The manifest of ``out``, None when there is none; BatchError when it cannot be read."""
-    path = Path(out) / MANIFEST
-    if not path.exists():
-        return None
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BatchError(f"{str(path)!r} cannot be read as a trainmedic.batch manifest ({exc}); delete the folder to start over.") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BatchError(f"{str(path)!r} is not a {FORMAT} manifest (format {manifest.get('format') if isinstance(manifest, dict) else None!r}).")
-    return manifest
-
 
 class ShardStore:
     """One job's output folder: which shards are done, and the atomic writing of the next one."""

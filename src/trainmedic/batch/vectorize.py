@@ -30,7 +30,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from trainmedic.batch.rng import Rng, sample_keys
 from trainmedic.data.sources.arrays import to_numpy
 from trainmedic.errors import BatchError
-from trainmedic.probe.frames import display_path, is_user_file
+from trainmedic.userfiles import is_user_file, shown_path
 
 __all__ = ["FallbackWarning", "Vectorized", "vectorize"]
 
@@ -320,7 +320,7 @@ def _user_frame(exc: BaseException, fn: Callable) -> str:
     for frame in reversed(_frames(exc)):
         if frame.filename == own or is_user_file(frame.filename):
             source = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
-            where = f"{display_path(frame.filename)}:{frame.lineno}"
+            where = f"{shown_path(frame.filename)}:{frame.lineno}"
             return f" at {where} (`{source}`)" if source else f" at {where}"
     return ""
 

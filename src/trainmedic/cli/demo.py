@@ -11,11 +11,12 @@ from rich.console import Console
 from trainmedic import demo
 from trainmedic.categories import DATA
 from trainmedic.cli.output import USAGE, output_problem
-from trainmedic.cli.run import RunOptions, emit
-from trainmedic.diagnose import diagnose
-from trainmedic.probe import runner
-from trainmedic.probe.session import WatchSession
-from trainmedic.report.model import Report
+from trainmedic.cli.run import emit
+from trainmedic.cli.run_options import RunOptions
+from trainmedic.run.diagnose import diagnose
+from trainmedic.run.probe import runner
+from trainmedic.run.probe.session import WatchSession
+from trainmedic.run.report.model import Report
 
 
 def run_demo(steps: int, json_path: Path | None, html_path: Path | None, console: Console) -> int:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from rich.console import Console
 
 from trainmedic.errors import LintError
-from trainmedic.guard.lint import LintResult, all_rules, get_rule, lint_paths
+from trainmedic.lint import LintResult, all_rules, get_rule, lint_paths
 
 #: Exit codes, as flake8 and ruff use them: findings are 1, a usage error is 2.
 CLEAN, FINDINGS, USAGE = 0, 1, 2

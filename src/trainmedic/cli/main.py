@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -16,7 +15,8 @@ from trainmedic.cli import lint as lint_command
 from trainmedic.cli import plan as plan_command
 from trainmedic.cli import preflight as preflight_command
 from trainmedic.cli import tune as tune_command
-from trainmedic.cli.run import RunOptions, run_target
+from trainmedic.cli.run import run_target
+from trainmedic.cli.run_options import RunOptions
 
 app = typer.Typer(
     name="trainmedic",
@@ -48,14 +48,14 @@ def _options(
 @app.command(context_settings=_SCRIPT_ARGS)
 def run(
     target: list[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The training script and its own arguments."),
-    module: Optional[str] = typer.Option(None, "--module", "-m", metavar="MODULE", help="Run a module, like python -m."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Stop after N steady-state steps: diagnosis only."),
-    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.report/1)."),
-    html_path: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report."),
+    module: str | None = typer.Option(None, "--module", "-m", metavar="MODULE", help="Run a module, like python -m."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Stop after N steady-state steps: diagnosis only."),
+    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.report/1)."),
+    html_path: Path | None = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Steps excluded from steady state at the start."),
     interval_ms: float = typer.Option(10.0, "--interval-ms", min=1.0, help="Stack sampling interval."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the report (files are still written)."),
-    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, metavar="N", help="Run on N local torchrun ranks; one merged report (per-rank steps, the straggler)."),
+    nproc: int | None = typer.Option(None, "--nproc", min=1, metavar="N", help="Run on N local torchrun ranks; one merged report (per-rank steps, the straggler)."),
 ) -> None:
     """Run a training script unmodified and report why it is slow, at which line, and what the fix buys.
 
@@ -74,8 +74,8 @@ def run(
 @app.command()
 def demo(
     steps: int = typer.Option(60, "--steps", min=8, help="Steady-state steps per loop."),
-    html_path: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Also write the HTML report."),
-    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Also write the JSON report."),
+    html_path: Path | None = typer.Option(None, "--html", metavar="PATH", help="Also write the HTML report."),
+    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Also write the JSON report."),
 ) -> None:
     """Diagnose an embedded, deliberately starved training loop (no data or GPU needed)."""
     raise typer.Exit(demo_command.run_demo(steps, json_path, html_path, _stderr()))
@@ -85,9 +85,9 @@ def demo(
 def lint(
     paths: list[str] = typer.Argument(None, metavar="PATH", help="Python files or folders (default: .)."),
     json_output: bool = typer.Option(False, "--json", help="Print findings as a JSON list on stdout."),
-    explain: Optional[str] = typer.Option(None, "--explain", metavar="CODE", help="Explain a rule: why, fix, example."),
-    select: Optional[str] = typer.Option(None, "--select", metavar="CODES", help="Only these codes or prefixes (TM107,TM11)."),
-    ignore: Optional[str] = typer.Option(None, "--ignore", metavar="CODES", help="Skip these codes or prefixes."),
+    explain: str | None = typer.Option(None, "--explain", metavar="CODE", help="Explain a rule: why, fix, example."),
+    select: str | None = typer.Option(None, "--select", metavar="CODES", help="Only these codes or prefixes (TM107,TM11)."),
+    ignore: str | None = typer.Option(None, "--ignore", metavar="CODES", help="Skip these codes or prefixes."),
     list_rules: bool = typer.Option(False, "--list-rules", help="List every rule and exit."),
 ) -> None:
     """Find training-code pitfalls (TM1xx) without running the code: path:line:col: CODE message.
@@ -107,19 +107,19 @@ def lint(
 
 @app.command()
 def plan(
-    spec: Optional[str] = typer.Argument(None, metavar="SPEC", help="PATH.py:FUNCTION or package.module:FUNCTION (default FUNCTION: build)."),
-    device: Optional[str] = typer.Option(None, "--device", "-d", metavar="NAME", help="Target GPU: t4, rtx3090, a100-80gb, h100, cpu, ..."),
-    capacity: Optional[str] = typer.Option(None, "--capacity", metavar="SIZE", help="Memory of the target (48GiB, 24GB): overrides --device's, or names any card."),
-    batch: Optional[int] = typer.Option(None, "--batch", "-b", metavar="N", help="Batch size to plan (with --max-batch: plan this one too)."),
-    precision: Optional[str] = typer.Option(None, "--precision", metavar="fp32|tf32|bf16|fp16", help="Training precision; bf16/fp16 mean autocast (default fp32)."),
+    spec: str | None = typer.Argument(None, metavar="SPEC", help="PATH.py:FUNCTION or package.module:FUNCTION (default FUNCTION: build)."),
+    device: str | None = typer.Option(None, "--device", "-d", metavar="NAME", help="Target GPU: t4, rtx3090, a100-80gb, h100, cpu, ..."),
+    capacity: str | None = typer.Option(None, "--capacity", metavar="SIZE", help="Memory of the target (48GiB, 24GB): overrides --device's, or names any card."),
+    batch: int | None = typer.Option(None, "--batch", "-b", metavar="N", help="Batch size to plan (with --max-batch: plan this one too)."),
+    precision: str | None = typer.Option(None, "--precision", metavar="fp32|tf32|bf16|fp16", help="Training precision; bf16/fp16 mean autocast (default fp32)."),
     max_batch: bool = typer.Option(False, "--max-batch", help="Also find the largest batch that fits (the plan is made at it unless --batch is given)."),
     headroom: float = typer.Option(0.1, "--headroom", metavar="F", help="Share of the memory to keep free (default 0.1, as tune)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the plan as JSON (trainmedic.plan/1)."),
+    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the plan as JSON (trainmedic.plan/1)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the plan (the JSON is still written)."),
     list_devices: bool = typer.Option(False, "--list-devices", help="List the GPUs --device knows and exit."),
     verify: bool = typer.Option(False, "--verify", help="Run two steps for real on this machine's GPU and compare them with the plan."),
-    verify_trace: Optional[Path] = typer.Option(None, "--verify-trace", metavar="TRACE", help="Compare the plan with a step recorded earlier (gpu-alloc-trace/1, .json or .json.gz)."),
-    record: Optional[Path] = typer.Option(None, "--record", metavar="TRACE", help="With --verify: keep the recorded step (a .json.gz for --verify-trace)."),
+    verify_trace: Path | None = typer.Option(None, "--verify-trace", metavar="TRACE", help="Compare the plan with a step recorded earlier (gpu-alloc-trace/1, .json or .json.gz)."),
+    record: Path | None = typer.Option(None, "--record", metavar="TRACE", help="With --verify: keep the recorded step (a .json.gz for --verify-trace)."),
 ) -> None:
     """Predict the peak GPU memory of one training step before touching a GPU.
 
@@ -138,18 +138,18 @@ def plan(
 def preflight(
     names: list[str] = typer.Argument(None, metavar="NAME", help="Run only these experiments of pyproject.toml."),
     commands: list[str] = typer.Option(None, "--command", "-c", metavar="COMMAND", help="Run this command as an experiment, e.g. \"python train.py --steps 5\" (repeatable; no pyproject.toml needed)."),
-    budget: Optional[str] = typer.Option(None, "--budget", metavar="DURATION", help="Wall-clock budget of each run, e.g. 2m (default: pyproject's, else 2m)."),
-    device: Optional[str] = typer.Option(None, "--device", "-d", metavar="NAME", help="Target GPU for the memory plan: t4, rtx3090, a100-80gb, h100, ..."),
-    session_limit: Optional[str] = typer.Option(None, "--session-limit", metavar="DURATION", help="The platform's session limit, e.g. 9h: does the full run fit?"),
-    no_resume_check: bool = typer.Option(False, "--no-resume-check", help="Skip save -> kill -> resume for scripts that use guard.Checkpointer."),
-    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.preflight/1)."),
-    project: Optional[Path] = typer.Option(None, "--project", metavar="DIR", help="The project folder (default: the nearest pyproject.toml from here up)."),
+    budget: str | None = typer.Option(None, "--budget", metavar="DURATION", help="Wall-clock budget of each run, e.g. 2m (default: pyproject's, else 2m)."),
+    device: str | None = typer.Option(None, "--device", "-d", metavar="NAME", help="Target GPU for the memory plan: t4, rtx3090, a100-80gb, h100, ..."),
+    session_limit: str | None = typer.Option(None, "--session-limit", metavar="DURATION", help="The platform's session limit, e.g. 9h: does the full run fit?"),
+    no_resume_check: bool = typer.Option(False, "--no-resume-check", help="Skip save -> kill -> resume for scripts that use checkpoint.Checkpointer."),
+    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.preflight/1)."),
+    project: Path | None = typer.Option(None, "--project", metavar="DIR", help="The project folder (default: the nearest pyproject.toml from here up)."),
 ) -> None:
     """Run every experiment for a few tiny steps on the CPU before spending GPU hours.
 
     Experiments are declared under [tool.trainmedic.preflight.experiments] in pyproject.toml or
     given with --command. Each is reported passed, failed (the error and your line) or stuck (where,
-    and a config override that missed a copy); scripts using guard.Checkpointer are also saved,
+    and a config override that missed a copy); scripts using checkpoint.Checkpointer are also saved,
     killed and resumed, and must continue identically. Exit code 0 when all passed, 1 otherwise,
     2 on bad input.
     """
@@ -163,22 +163,22 @@ def preflight(
 @app.command()
 def tune(
     items: list[str] = typer.Argument(None, metavar="SPEC | -- SCRIPT_ARGS", help="PATH.py:FUNCTION (as for plan); with --script, the script's own arguments after --."),
-    script: Optional[str] = typer.Option(None, "--script", metavar="PATH", help="Tune a training script instead, over the options --set names."),
+    script: str | None = typer.Option(None, "--script", metavar="PATH", help="Tune a training script instead, over the options --set names."),
     sets: list[str] = typer.Option(None, "--set", metavar="NAME=V1,V2", help="A script option and the values to try (repeatable), e.g. --set batch_size=2,4,8."),
     device: str = typer.Option("auto", "--device", "-d", metavar="auto|cpu|cuda[:N]", help="Where to measure (default: CUDA when present)."),
-    batch: Optional[str] = typer.Option(None, "--batch", "-b", metavar="N,N,...", help="Batch sizes to measure (default: powers of two up to the largest that fits)."),
-    precision: Optional[str] = typer.Option(None, "--precision", metavar="fp32,bf16,...", help="Precisions to measure: fp32, tf32, bf16, fp16 (default: what the device runs fast)."),
+    batch: str | None = typer.Option(None, "--batch", "-b", metavar="N,N,...", help="Batch sizes to measure (default: powers of two up to the largest that fits)."),
+    precision: str | None = typer.Option(None, "--precision", metavar="fp32,bf16,...", help="Precisions to measure: fp32, tf32, bf16, fp16 (default: what the device runs fast)."),
     compile_mode: str = typer.Option("auto", "--compile", metavar="auto|on|off|both", help="torch.compile: auto/both measure it on the fastest eager configurations."),
-    memory_format: Optional[str] = typer.Option(None, "--memory-format", metavar="FORMATS", help="contiguous, channels_last, channels_last_3d (default: channels_last[_3d] for conv nets)."),
-    budget: Optional[str] = typer.Option(None, "--budget", metavar="DURATION", help="Stop measuring after this long, e.g. 5m; the result holds what was measured."),
+    memory_format: str | None = typer.Option(None, "--memory-format", metavar="FORMATS", help="contiguous, channels_last, channels_last_3d (default: channels_last[_3d] for conv nets)."),
+    budget: str | None = typer.Option(None, "--budget", metavar="DURATION", help="Stop measuring after this long, e.g. 5m; the result holds what was measured."),
     trials: int = typer.Option(5, "--trials", min=3, help="Timed trials per configuration (median and spread)."),
-    current: Optional[int] = typer.Option(None, "--current", min=1, metavar="N", help="The batch you train with now (fp32, eager): the gain is measured against it."),
+    current: int | None = typer.Option(None, "--current", min=1, metavar="N", help="The batch you train with now (fp32, eager): the gain is measured against it."),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="Measure the whole grid instead of the staged search."),
     headroom: float = typer.Option(0.1, "--headroom", metavar="F", help="Share of the memory the plan keeps free when it skips batches."),
-    capacity: Optional[str] = typer.Option(None, "--capacity", metavar="SIZE", help="Plan against this much memory instead of what is free now, e.g. 16GiB."),
+    capacity: str | None = typer.Option(None, "--capacity", metavar="SIZE", help="Plan against this much memory instead of what is free now, e.g. 16GiB."),
     steps: int = typer.Option(tune_command.SCRIPT_STEPS, "--steps", min=4, help="With --script: steady-state steps measured per run."),
-    json_path: Optional[Path] = typer.Option(None, "--json", metavar="PATH", help="Write the result as JSON (trainmedic.tune/1)."),
-    html_path: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Write an HTML page with throughput-vs-batch and roofline charts."),
+    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the result as JSON (trainmedic.tune/1)."),
+    html_path: Path | None = typer.Option(None, "--html", metavar="PATH", help="Write an HTML page with throughput-vs-batch and roofline charts."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the table (files are still written)."),
 ) -> None:
     """Find the fastest batch size, precision, memory format and compile setting by measurement.

@@ -1,10 +1,9 @@
-"""``trainmedic plan --verify`` / ``--verify-trace``: the plan held against a real step, rendered.
+"""``trainmedic plan --verify`` / ``--verify-trace``: the options checked, then the plan made and verified.
 
 ``--verify`` runs two steps of the build for real on this machine's GPU (``plan.verify``) and
 compares; ``--verify-trace TRACE`` compares with a step recorded earlier (by ``--verify
---record TRACE`` or ``benchmarks/plan_gpu.py``), on any machine. The table says planned against
-measured peak and reserved memory, where each peak fell, and the first place the planned
-allocations part from the card's.
+--record TRACE`` or ``benchmarks/plan_gpu.py``), on any machine. ``trainmedic.plan.console``
+renders the comparison.
 """
 
 from __future__ import annotations
@@ -12,15 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-
-from rich.console import Console, Group
-from rich.table import Table
-from rich.text import Text
-
-from trainmedic.units import format_bytes
-
-#: plan.confidence's level of a plan that is a floor (named here: importing plan loads torch).
-LOWER_BOUND = "lower bound"
 
 if TYPE_CHECKING:
     from trainmedic.plan import Plan
@@ -90,51 +80,6 @@ def make_verified_plan(options, make_plan: Callable) -> tuple[Plan, Verification
     return plan, verification
 
 
-def within_bound(verification: Verification, plan: Plan) -> bool:
-    """Whether the card agreed with the plan as far as the plan claimed: within its bound, or,
-    for a lower bound, at or above it; a run out of memory never agrees."""
-    if verification.recorded.out_of_memory:
-        return False
-    comparison = verification.comparison
-    if plan.confidence is None or plan.confidence.level == LOWER_BOUND:
-        return comparison.peak_error <= 0
-    bound = plan.confidence.bound
-    return abs(comparison.peak_error) <= bound.peak and abs(comparison.reserved_error) <= bound.reserved
-
-
-def render_verification(verification: Verification, plan: Plan, console: Console) -> None:
-    c = verification.comparison
-    result = verification.recorded.result
-    title = Text(f"\nVerified against two real steps on {verification.device}", style="bold")
-    if result.get("torch"):
-        title.append(f" (torch {result['torch']})")
-    if verification.source != "this machine's GPU":
-        title.append(f", recorded in {verification.source}")
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column, justify in (("", "left"), ("planned", "right"), ("measured", "right"), ("error", "right")):
-        table.add_column(column, justify=justify, no_wrap=True)
-    table.add_row("  peak allocated", format_bytes(c.planned.bytes), format_bytes(c.recorded.bytes), f"{c.peak_error:+.1%}")
-    table.add_row("  peak reserved", format_bytes(c.planned.reserved), format_bytes(c.recorded.reserved), f"{c.reserved_error:+.1%}")
-    table.add_row("  peak in", f"step {c.planned.step}, {c.planned.phase}", f"step {c.recorded.step}, {c.recorded.phase}", "")
-    parts = [title, table]
-    if verification.recorded.out_of_memory:
-        parts.append(Text(f"the card ran out of memory: {result.get('error', 'torch.OutOfMemoryError')}", style="bold red"))
-    if c.divergence is None:
-        parts.append(Text("first divergence: none; every allocation of 1 MiB or more matches the card's, in order", style="green"))
-    else:
-        parts.append(Text(f"first divergence: {c.divergence.describe()}"))
-    agreed = within_bound(verification, plan)
-    if plan.confidence is None or plan.confidence.level == LOWER_BOUND:
-        text = "the plan is a lower bound and the card's peak is at or above it" if agreed else \
-            "the card's peak is BELOW the plan's lower bound: please report it with the trace"
-    else:
-        bound = plan.confidence.bound
-        text = f"within the plan's own bound ({bound.peak:.0%} peak, {bound.reserved:.0%} reserved)" if agreed else \
-            f"OUTSIDE the plan's own bound ({bound.peak:.0%} peak, {bound.reserved:.0%} reserved): please report it with the trace"
-    parts.append(Text(text, style="green" if agreed else "bold red"))
-    console.print(Group(*parts))
-
-
 def _local_gpu() -> dict:
     """This machine's GPU for a --verify with no --device: its catalog key, or its memory."""
     import torch
@@ -148,4 +93,4 @@ def _local_gpu() -> dict:
         return {"capacity": str(torch.cuda.get_device_properties(0).total_memory)}
 
 
-__all__ = ["make_verified_plan", "render_verification", "verify_problem", "within_bound"]
+__all__ = ["make_verified_plan", "verify_problem"]

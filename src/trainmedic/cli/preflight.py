@@ -1,10 +1,11 @@
-"""``trainmedic preflight``: run every experiment tiny on the CPU and render what happened.
+"""``trainmedic preflight``: run every experiment tiny on the CPU and print what happened.
 
-stdout gets the answer (a table, one row per experiment, then the details worth reading: the
-error and the user's line, where a stuck run was, the config override that missed a copy, the
-resume check, the plan and the session estimate); stderr gets progress and errors. Exit codes:
-0 all passed, 1 something failed, was stuck, did not resume identically or does not fit, 2 bad
-input, 128 + N when stopped by signal N (SIGTERM, SIGHUP: the running child is killed first).
+stdout gets the answer, rendered by ``trainmedic.preflight.console`` (a table, one row per
+experiment, then the details worth reading: the error and the user's line, where a stuck run
+was, the config override that missed a copy, the resume check, the plan and the session
+estimate); stderr gets progress and errors. Exit codes: 0 all passed, 1 something failed, was
+stuck, did not resume identically or does not fit, 2 bad input, 128 + N when stopped by signal
+N (SIGTERM, SIGHUP: the running child is killed first).
 """
 
 from __future__ import annotations
@@ -15,38 +16,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console, Group, RenderableType
-from rich.padding import Padding
-from rich.table import Table
-from rich.text import Text
+from rich.console import Console
 
 from trainmedic.cli.output import USAGE, output_problem
 from trainmedic.errors import PreflightError
-from trainmedic.guard.preflight import (
-    ExperimentResult,
-    Overrides,
-    PreflightReport,
-    load_settings,
-    run_preflight,
-)
-from trainmedic.guard.preflight.estimate import format_budget
-from trainmedic.guard.preflight.frames import Where, shown_path
-from trainmedic.units import format_bytes, format_duration
+from trainmedic.preflight import Overrides, load_settings, run_preflight
+from trainmedic.preflight.console import render_preflight
 
 PASSED, PROBLEMS = 0, 1
-
-_VERDICT_TEXT = {
-    "passed": ("passed", "green"),
-    "failed": ("FAILED", "bold red"),
-    "stuck": ("STUCK", "bold red"),
-    "resume_failed": ("RESUME FAILED", "bold red"),
-    "resume_diverged": ("RESUME DIVERGED", "bold red"),
-    "does_not_fit": ("DOES NOT FIT", "bold red"),
-}
-_SUMMARY_WORDS = {
-    "failed": "failed", "stuck": "stuck", "resume_failed": "resume failed",
-    "resume_diverged": "resume diverged", "does_not_fit": "does not fit",
-}
 
 
 @dataclass(frozen=True)
@@ -90,7 +67,7 @@ def run_preflight_command(options: PreflightOptions, out: Console, err: Console)
         name = signal.Signals(stop.signum).name
         _error(err, f"stopped by {name}: the running experiment was killed and its temporary files removed")
         return 128 + stop.signum
-    render_report(report, out)
+    render_preflight(report, out)
     if options.json_path is not None:
         try:
             report.write_json(options.json_path)
@@ -136,193 +113,4 @@ def _error(err: Console, message: str) -> None:
     err.print(f"trainmedic preflight: error: {message}", style="red", markup=False, highlight=False, soft_wrap=True)
 
 
-# -- rendering --------------------------------------------------------------------------------
-
-
-def render_report(report: PreflightReport, console: Console) -> None:
-    """The table, the details, the summary: exact text, stable for a given report."""
-    header = Text()
-    header.append("Preflight", style="bold")
-    header.append(f": {_source(report)}, run tiny on the CPU")
-    # A long path goes on its own line, printed whole (soft wrap): a terminal may fold it, rich won't.
-    console.print(header)
-    console.print(Text(f"project: {report.root}", style="dim"), soft_wrap=True)
-    parts: list = [Text(""), _table(report)]
-    for result in report.experiments:
-        block = _details(result, report.root)
-        if block:
-            parts += [Text(""), *block]
-    if report.notes:
-        parts.append(Text(""))
-        parts += [Text(f"note: {note}", style="dim") for note in report.notes]
-    parts += [Text(""), _summary(report)]
-    console.print(Group(*parts))
-
-
-def _source(report: PreflightReport) -> str:
-    """``2 experiments from pyproject.toml``: where the experiments that ran came from, told per
-    experiment (a pyproject found on the way says nothing when only --command ones ran)."""
-    count = len(report.experiments)
-    given = sum(r.from_command_line for r in report.experiments)
-    declared = 0 if report.pyproject is None else count - given  # no pyproject: nothing was declared
-    head = f"{count} experiment{'s' if count != 1 else ''}"
-    if declared and declared < count:
-        return f"{head}, {declared} from pyproject.toml and {count - declared} from the command line"
-    return f"{head} from {'pyproject.toml' if declared else 'the command line'}"
-
-
-def _table(report: PreflightReport) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("experiment", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    for result in report.experiments:
-        word, style = _VERDICT_TEXT[result.verdict]
-        table.add_row(Text(result.name), Text(word, style=style), _time(result.seconds), Text(_detail(result, report.root)))
-    return table
-
-
-def _detail(result: ExperimentResult, root: Path) -> str:
-    parts = []
-    if result.status == "failed":
-        kind = (result.error or "").split(":", 1)[0] or "error"
-        parts.append(f"{kind} at {_at(result.where, root)}" if result.where else (result.error or "failed"))
-    elif result.status == "stuck":
-        parts.append(f"still running after {format_budget(result.budget)}" + (f", at {_at(result.where, root)}" if result.where else ""))
-    missed = [c for c in result.configs if c.kind == "missed_override"]
-    if missed:
-        parts.append(f"override missed {', '.join(c.key for c in missed)}")
-    if result.resume is not None:
-        parts.append(_short_resume(result))
-    if result.plan is not None and result.plan.fits is not None:
-        parts.append(f"{'fits' if result.plan.fits else 'does not fit'} on {result.plan.device}")
-    if result.session is not None and result.session.sessions and result.session.sessions > 1:
-        parts.append(f"needs {result.session.sessions} sessions")
-    return "; ".join(parts)
-
-
-def _short_resume(result: ExperimentResult) -> str:
-    resume = result.resume
-    assert resume is not None
-    if resume.status == "identical":
-        return f"resume identical from step {resume.restored_step}"
-    if resume.status == "diverged":
-        return resume.message.split(":", 1)[0]
-    if resume.status == "not_restored":
-        return "did not resume"
-    if resume.status == "resume_failed":
-        return "resumed run failed"
-    return "resume not checked"
-
-
-def _details(result: ExperimentResult, root: Path) -> list[RenderableType]:
-    lines: list[RenderableType] = []
-    if result.status == "failed":
-        code = f"exit code {result.exit_code}" if result.exit_code is not None else "no exit code"
-        lines.append(_title(result, f"with {code} after {_time(result.seconds)}"))
-        if result.error:
-            lines.append(_indent(result.error, style="red"))
-        lines += _where(result.where, root)
-        if result.where is None and result.stderr.strip():
-            lines.append(_indent("last lines of stderr:"))
-            lines += [_indent(line, 4, style="dim") for line in result.stderr.rstrip().splitlines()[-5:]]
-    elif result.status == "stuck":
-        lines.append(_title(result, f"still running after its {format_budget(result.budget)} budget", sep=", "))
-        lines += _where(result.where, root)
-    for issue in result.configs:
-        place = f"{issue.file}:{issue.line}" if issue.line else issue.file
-        style = "yellow" if issue.kind == "missed_override" else "dim"
-        lines.append(_indent(f"{place}: {issue.message}", style=style))
-    if result.config_note:
-        lines.append(_indent(f"note: {result.config_note}", style="dim"))
-    if result.resume is not None:
-        resume = result.resume
-        style = "red" if resume.failed else ("green" if resume.status == "identical" else "yellow")
-        lines.append(_indent(f"resume check: {resume.message}", style=style))
-        lines += [_indent(f"restore skipped {shown_path(p, root)}: {why}", 4, style="dim") for p, why in resume.skipped]
-        lines += _where(resume.where, root, 4)
-    elif result.resume_note:
-        lines.append(_indent(f"note: {result.resume_note}", style="dim"))
-    if result.plan is not None:
-        lines.append(_plan(result))
-    if result.session is not None:
-        fits = result.session.fits
-        lines.append(_indent(f"session: {result.session.message}", style="yellow" if fits is False else ""))
-    lines += [_indent(f"note: {note}", style="dim") for note in result.notes]
-    if lines and result.status == "passed":
-        lines.insert(0, _title(result, f"after {_time(result.seconds)}"))
-    return lines
-
-
-def _title(result: ExperimentResult, tail: str, sep: str = " ") -> Text:
-    word, style = _VERDICT_TEXT[result.verdict]
-    text = Text()
-    text.append(result.name, style="bold")
-    text.append(": ")
-    text.append(word, style=style)
-    text.append(f"{sep}{tail}")
-    return text
-
-
-def _where(where: Where | None, root: Path, indent: int = 2) -> list[RenderableType]:
-    if where is None:
-        return []
-    frame = where.frame
-    head = f"at {_at(where, root)} in {frame.function}"
-    loop = where.loop_line is not None and where.loop_line != frame.line
-    if loop:
-        head += f", inside the loop at line {where.loop_line}"
-    lines = [_indent(head, indent)]
-    width = len(str(max(frame.line, where.loop_line or 0)))
-    if loop and where.loop_source:
-        lines.append(_indent(f"{where.loop_line:>{width}} | {where.loop_source}", indent + 2, style="cyan"))
-    if frame.source:
-        lines.append(_indent(f"{frame.line:>{width}} | {frame.source}", indent + 2, style="cyan"))
-    return lines
-
-
-def _at(where: Where | None, root: Path) -> str:
-    if where is None:
-        return "?"
-    return f"{shown_path(where.frame.path, root)}:{where.frame.line}"
-
-
-def _plan(result: ExperimentResult) -> RenderableType:
-    plan = result.plan
-    assert plan is not None
-    head = f"plan on {plan.device}, batch {plan.batch}, {plan.precision}" if plan.device else f"plan of {plan.spec}"
-    if plan.error is not None:
-        return _indent(f"{head}: not planned: {plan.error}", style="yellow")
-    assert plan.needed_bytes is not None and plan.capacity_bytes is not None
-    need = f"needs {format_bytes(plan.needed_bytes)} of {format_bytes(plan.capacity_bytes)}"
-    lower = "" if plan.exact else " (a lower bound: part of the step could not be traced)"
-    if plan.fits:
-        return _indent(f"{head}: {need}: fits{lower}")
-    fix = f"trainmedic plan {plan.spec} --device {plan.device} --max-batch finds the largest batch that fits"
-    return _indent(f"{head}: {need}: does NOT fit ({fix})", style="red")
-
-
-def _summary(report: PreflightReport) -> Text:
-    total = len(report.experiments)
-    bad = [r for r in report.experiments if r.verdict != "passed"]
-    if not bad:
-        return Text("The experiment passed." if total == 1 else f"All {total} experiments passed.", style="bold green")
-    counts: dict[str, int] = {}
-    for result in bad:
-        counts[result.verdict] = counts.get(result.verdict, 0) + 1
-    listed = ", ".join(f"{n} {_SUMMARY_WORDS[v]}" for v, n in counts.items())
-    verb = "needs" if len(bad) == 1 else "need"
-    return Text(f"{len(bad)} of {total} experiment{'s' if total != 1 else ''} {verb} attention: {listed}.", style="bold red")
-
-
-def _indent(text: str, by: int = 2, style: str = "") -> Padding:
-    """A detail line; a long one wraps under itself, not under the experiment's name."""
-    return Padding(Text(text, style=style), (0, 0, 0, by))
-
-
-def _time(seconds: float) -> str:
-    return f"{seconds:.2f} s" if seconds < 60 else format_duration(seconds)
-
-
-__all__ = ["PASSED", "PROBLEMS", "USAGE", "PreflightOptions", "render_report", "run_preflight_command"]
+__all__ = ["PASSED", "PROBLEMS", "USAGE", "PreflightOptions", "run_preflight_command"]

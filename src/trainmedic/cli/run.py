@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -11,30 +10,16 @@ from rich.console import Console
 
 from trainmedic.cli import run_ranks
 from trainmedic.cli.output import USAGE, output_problem
-from trainmedic.diagnose import diagnose
+from trainmedic.cli.run_options import RunOptions
 from trainmedic.errors import ScriptError
-from trainmedic.probe import runner
-from trainmedic.probe.ranks import RankIdentity
-from trainmedic.probe.runner import StopSignals, Terminated
-from trainmedic.probe.session import Measurements, WatchSession
-from trainmedic.report.console import render_console
-from trainmedic.report.html import write_html
-from trainmedic.report.model import Report
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    target: str
-    args: list[str]
-    module: bool
-    steps: int | None
-    json_path: Path | None
-    html_path: Path | None
-    warmup: int
-    interval_s: float
-    quiet: bool
-    #: Run on this many local torchrun ranks and merge their reports (``--nproc``).
-    nproc: int | None = None
+from trainmedic.run.diagnose import diagnose
+from trainmedic.run.probe import runner
+from trainmedic.run.probe.ranks import RankIdentity
+from trainmedic.run.probe.runner import StopSignals, Terminated
+from trainmedic.run.probe.session import Measurements, WatchSession
+from trainmedic.run.report.console import render_console
+from trainmedic.run.report.html import write_html
+from trainmedic.run.report.model import Report
 
 
 def run_target(options: RunOptions, console: Console) -> int:

@@ -17,18 +17,15 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from trainmedic.diagnose.ranks import merge, rank_payload
+from trainmedic.cli.run_options import RunOptions
 from trainmedic.errors import require
-from trainmedic.probe import ranks
-from trainmedic.probe.ranks import RankIdentity
-from trainmedic.probe.runner import StopSignals
-from trainmedic.probe.session import Measurements
-from trainmedic.report.model import Report
-
-if TYPE_CHECKING:
-    from trainmedic.cli.run import RunOptions
+from trainmedic.run.diagnose.ranks import merge, rank_payload
+from trainmedic.run.probe import ranks
+from trainmedic.run.probe.ranks import RankIdentity
+from trainmedic.run.probe.runner import StopSignals
+from trainmedic.run.probe.session import Measurements
+from trainmedic.run.report.model import Report
 
 #: How long rank 0 waits, once its own script has ended, for the other ranks' reports. Ranks
 #: that synchronise every step end within a step of each other; a dead one is seen at once. Well

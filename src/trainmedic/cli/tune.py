@@ -69,7 +69,7 @@ def run_tune(options: TuneOptions, out: Console, err: Console) -> int:
     except KeyboardInterrupt:  # while loading the target or planning: nothing measured yet
         err.print("trainmedic tune: stopped by Ctrl+C before any configuration was measured", markup=False, highlight=False)
         return INTERRUPTED
-    from trainmedic.report.tune_console import render_tune
+    from trainmedic.tune.console import render_tune
 
     if not options.quiet:
         render_tune(result, out)
@@ -80,7 +80,7 @@ def run_tune(options: TuneOptions, out: Console, err: Console) -> int:
             if kind == "JSON":
                 result.write_json(path)
             else:
-                from trainmedic.report.tune_html import write_tune_html
+                from trainmedic.tune.html import write_tune_html
 
                 write_tune_html(result, path)
         except OSError as exc:

@@ -10,7 +10,7 @@
 
 Layers: ``sources/`` read (one file per format), ``choose`` picks the tier, ``tiers/`` hold the
 samples and gather batches, ``transfer`` moves them to the device, ``loader`` keeps the position.
-Nothing here prints; progress goes to a callback that ``report/`` draws.
+Nothing here prints; progress goes to a callback that ``trainmedic.progress`` draws.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def progress_for(progress: bool | Progress | None, unit: str = "rows") -> Progre
     if progress is None or progress is True:
         if progress is None and not sys.stderr.isatty():
             return NoProgress()
-        from trainmedic.report.progress import ProgressBar
+        from trainmedic.progress import ProgressBar
 
         return ProgressBar(unit=unit)
     return progress

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from trainmedic.data.cache import BLOCK_BYTES
-from trainmedic.data.partitions import Partition, Recipe, open_partition, read_partition
+from trainmedic.data.partition_model import Partition, Recipe
+from trainmedic.data.partitions import open_partition, read_partition
 from trainmedic.data.sources.base import FieldSpec
 from trainmedic.errors import FieldError, SourceError
 

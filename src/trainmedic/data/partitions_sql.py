@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from trainmedic.data.partitions import Partition, Recipe, Split
+from trainmedic.data.partition_model import Partition, Recipe, Split
 from trainmedic.data.sources.base import DEFAULT_CHUNK_BYTES, FieldSpec, Source
 from trainmedic.data.sources.sql import FIRST_CHUNK_ROWS, SqlSource
 from trainmedic.errors import FieldError, SourceError

@@ -32,8 +32,9 @@ from typing import Any
 from trainmedic.data.build_lock import build_lock
 from trainmedic.data.cache import DiskCache, build_manifest, default_cache_root, field_file
 from trainmedic.data.materialize import Progress, progress_for
+from trainmedic.data.partition_model import Partition, Recipe, Split
 from trainmedic.data.partition_write import FieldFile, block_crcs, write_partition
-from trainmedic.data.partitions import Partition, Recipe, Split, recipe_for, split
+from trainmedic.data.partitions import recipe_for, split
 from trainmedic.data.sources import open_source
 from trainmedic.data.sources.base import Source
 from trainmedic.errors import DataError, SourceError, TierError, require

@@ -56,7 +56,7 @@ else:
         return decode(rows)
 
 
-for step in range(args.steps):
+for _ in range(args.steps):
     x, y = next_batch()
     loss = torch.nn.functional.cross_entropy(model(x), y)
     optimizer.zero_grad()

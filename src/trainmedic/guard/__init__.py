@@ -1,17 +1,19 @@
-"""guard: keep long runs alive and catch their pitfalls before they run.
+"""Deprecated: the checkpointer, the linter and preflight each have their own package now.
 
-``Checkpointer`` writes atomic, verified checkpoints of any objects, resumes them exactly (RNG
-streams and data position included), saves before a deadline or on SIGTERM/SIGUSR1 and ends the
-run cleanly. ``trainmedic.guard.lint`` reads training code and names the seeds' pitfalls (TM1xx)
-at their line; it never imports or runs the code it reads. ``trainmedic.guard.preflight`` runs
-every declared experiment for a few tiny steps before GPU hours are spent.
+``trainmedic.guard`` held three products: ``Checkpointer`` and its records now live in
+``trainmedic.checkpoint``, the linter in ``trainmedic.lint`` and preflight in
+``trainmedic.preflight``. The old imports keep working and warn (DeprecationWarning) with the
+new name; nothing in trainmedic imports this package.
 """
 
-from trainmedic.errors import CheckpointError, CheckpointMismatchError, Preempted
-from trainmedic.guard.checkpoint import Checkpointer
-from trainmedic.guard.records import CheckpointInfo, RestoreInfo, SaveInfo
+from __future__ import annotations
 
-__all__ = [
+import importlib
+import warnings
+from typing import Any
+
+#: The names ``trainmedic.guard`` exported, all from ``trainmedic.checkpoint`` now.
+_CHECKPOINT_NAMES = (
     "CheckpointError",
     "CheckpointInfo",
     "CheckpointMismatchError",
@@ -19,4 +21,20 @@ __all__ = [
     "Preempted",
     "RestoreInfo",
     "SaveInfo",
-]
+)
+
+__all__ = sorted(_CHECKPOINT_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CHECKPOINT_NAMES:
+        warnings.warn(
+            f"trainmedic.guard.{name} moved to trainmedic.checkpoint.{name}; "
+            f"import it from there (trainmedic.guard will be removed)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("trainmedic.checkpoint"), name)
+    if name in ("lint", "preflight"):
+        return importlib.import_module(f"trainmedic.guard.{name}")
+    raise AttributeError(f"module 'trainmedic.guard' has no attribute {name!r}")

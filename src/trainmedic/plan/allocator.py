@@ -58,8 +58,8 @@ class _Block:
     size: int
     small: bool
     free: bool = True
-    prev: "_Block | None" = None
-    next: "_Block | None" = None
+    prev: _Block | None = None
+    next: _Block | None = None
 
 
 @dataclass

@@ -136,7 +136,7 @@ def _convert_in_place(module: torch.nn.Module, dtype, memory_format) -> None:
 
     with torch.no_grad():
         for sub in module.modules():
-            for name, param in sub._parameters.items():
+            for _name, param in sub._parameters.items():
                 if param is not None:
                     converted = convert(param)
                     if converted is not param:

@@ -14,8 +14,8 @@ from collections import defaultdict
 from trainmedic.plan.hotspot_advice import advise
 from trainmedic.plan.model import Hotspot
 from trainmedic.plan.tracker import Allocation
-from trainmedic.probe.frames import display_path
 from trainmedic.units import format_bytes
+from trainmedic.userfiles import shown_path
 
 #: A hotspot must hold at least this share of the peak to be listed.
 MIN_SHARE = 0.02
@@ -116,4 +116,4 @@ def _shown(where: str) -> str:
     if not where or where.startswith("<"):
         return "<unknown>:0"
     path, _, line = where.rpartition(":")
-    return f"{display_path(path)}:{line}"
+    return f"{shown_path(path)}:{line}"

@@ -80,7 +80,7 @@ def _parts(events: list[Event]) -> dict[tuple[int, str], _Part]:
 def _matched_gaps(plan: list, real: list) -> dict[int, int]:
     """Plan gap -> card gap, for gaps whose skeleton events on both sides are aligned."""
     gaps: dict[int, int] = {}
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, plan, real, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, _j2 in difflib.SequenceMatcher(None, plan, real, autojunk=False).get_opcodes():
         if tag == "equal":
             # Gap g lies before skeleton event g; inside an equal run both neighbours align.
             for offset in range(i2 - i1 + 1):

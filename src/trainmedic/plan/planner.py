@@ -8,12 +8,10 @@ from typing import Any
 
 from trainmedic.devices import Device, get_device
 from trainmedic.errors import PlanError
-from trainmedic.plan.allocator import replay
-from trainmedic.plan.confidence import confidence_of
-from trainmedic.plan.hotspots import find_hotspots
-from trainmedic.plan.model import Breakdown, Plan
-from trainmedic.plan.optimizer_state import analytic_state_bytes
-from trainmedic.plan.trace import PRECISIONS, Trace, trace_step
+from trainmedic.plan.from_trace import plan_from_trace
+from trainmedic.plan.model import Plan
+from trainmedic.plan.solver import solve_max_batch
+from trainmedic.plan.trace import PRECISIONS, trace_step
 from trainmedic.units import format_bytes, parse_bytes
 
 #: The share of the card a plan keeps free by default, as tune does: other processes, the
@@ -68,8 +66,6 @@ def _plan(build, batch_size, target: Device, capacity_bytes: int, precision: str
     if not max_batch:
         return plan_from_trace(trace_step(build, batch_size, target, precision), target, capacity_bytes, precision, headroom)
 
-    from trainmedic.plan.solver import solve_max_batch
-
     solution = solve_max_batch(build, target, capacity_bytes, precision, headroom)
     at = batch_size if batch_size is not None else max(1, solution.max_batch or 1)
     plan = solution.plans.get(at) or plan_from_trace(trace_step(build, at, target, precision), target, capacity_bytes, precision, headroom)
@@ -78,65 +74,6 @@ def _plan(build, batch_size, target: Device, capacity_bytes: int, precision: str
     if plan.margin and solution.max_batch:
         plan.notes.append(f"max batch keeps {plan.margin:.0%} of the need in reserve for the plan's own error ({plan.confidence.level})")
     return plan
-
-
-def plan_from_trace(trace: Trace, device: Device, capacity_bytes: int, precision: str, headroom: float) -> Plan:
-    events = trace.events
-    if device.is_gpu and trace.host_only:
-        events = [e for e in events if e[1] not in trace.host_only]
-    result = replay(events, trace.allocations, cuda=device.is_gpu)
-    # cuDNN's convolution workspaces shrink when memory is short; without them is the floor.
-    elastic = {sid for sid, _ in trace.conv_passes if sid is not None}
-    without = replay([e for e in events if e[1] not in elastic], trace.allocations, cuda=True) if elastic else None
-    sums = dict.fromkeys(("parameters", "gradients", "optimizer_state", "activations", "temporaries"), 0)
-    for sid, nbytes in result.live_at_peak.items():
-        sums[_category(sid, trace)] += nbytes
-    notes, warnings = list(trace.notes), list(trace.warnings)
-    peak, reserved = result.peak_allocated, result.peak_reserved
-    if trace.incomplete:
-        # The step stopped at an op fake tensors cannot run: what is exact stays exact, the rest
-        # is what was traced before that op, so the plan is a floor and says so.
-        sums["gradients"] = max(sums["gradients"], trace.trainable_bytes)
-        sums["optimizer_state"] = max(sums["optimizer_state"], analytic_state_bytes(trace))
-        floor = sum(sums.values())
-        peak, reserved = max(peak, floor), max(reserved, floor)
-        warnings.append(
-            f"the step could not be traced past {trace.incomplete}; parameters, gradients and optimizer state are "
-            f"counted exactly, activations only up to that op: {format_bytes(peak)} is a lower bound"
-        )
-    breakdown = Breakdown(**sums, cuda_context=device.cuda_context_bytes if device.is_gpu else 0)
-    exclude = trace.parameters | trace.gradients | trace.optimizer_state
-    hotspots = find_hotspots(result.live_at_peak, trace.allocations, exclude, trace.batch_size, peak)
-    confidence = confidence_of(device.key, device.is_gpu, trace.estimates, trace.incomplete)
-    return Plan(
-        device=device.key,
-        capacity_bytes=capacity_bytes,
-        batch_size=trace.batch_size,
-        precision=precision,
-        peak_bytes=peak,
-        breakdown=breakdown,
-        reserved_bytes=reserved,
-        headroom=headroom,
-        hotspots=hotspots,
-        notes=notes,
-        warnings=warnings,
-        exact=trace.incomplete is None,
-        floor_reserved_bytes=without.peak_reserved if without is not None else None,
-        confidence=confidence,
-        margin=confidence.margin,
-    )
-
-
-def _category(sid: int, trace: Trace) -> str:
-    if sid in trace.parameters:
-        return "parameters"
-    if sid in trace.gradients:
-        return "gradients"
-    if sid in trace.optimizer_state:
-        return "optimizer_state"
-    if sid in trace.saved or sid in trace.inputs:
-        return "activations"
-    return "temporaries"
 
 
 def resolve_device(device: str | Device | None, capacity: int | str | None) -> Device:

@@ -9,12 +9,14 @@ capacity, trace the answer to confirm it, and refit on the two traces that brack
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from trainmedic.devices import Device
+from trainmedic.plan.from_trace import plan_from_trace
 from trainmedic.plan.model import Plan
 from trainmedic.plan.trace import trace_step
 from trainmedic.units import format_bytes
@@ -41,8 +43,6 @@ class Solution:
 
 
 def solve_max_batch(build: Callable[[int], Any], device: Device, capacity_bytes: int, precision: str, headroom: float) -> Solution:
-    from trainmedic.plan.planner import plan_from_trace
-
     solution = Solution(None, None)
     limit = int(capacity_bytes * (1.0 - headroom))
 

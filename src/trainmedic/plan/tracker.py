@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import sys
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -22,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-from trainmedic.probe.frames import is_user_file
+from trainmedic.userfiles import is_user_file
 
 ALLOC = "alloc"
 FREE = "free"

@@ -87,7 +87,8 @@ def record_on_gpu(spec: str, batch_size: int, precision: str, record: Path | Non
 def verified_plan(spec: str, batch_size: int | None, *, device: str | None, capacity: str | None, precision: str,
                   headroom: float, recorded: RecordedStep, source: str) -> tuple[Plan, Verification]:
     """The plan of ``spec`` at ``batch_size``, and the plan held against ``recorded``."""
-    from trainmedic.plan.planner import check_batch, plan_from_trace, resolve_capacity, resolve_device
+    from trainmedic.plan.from_trace import plan_from_trace
+    from trainmedic.plan.planner import check_batch, resolve_capacity, resolve_device
     from trainmedic.plan.spec import load_build
     from trainmedic.plan.trace import PRECISIONS, trace_step
 

@@ -12,7 +12,7 @@ from trainmedic.errors import require
 
 require("torch", "torch", "trainmedic tune")  # tune runs real training steps
 
-from trainmedic.tune.model import SCHEMA, Ceilings, Config, Measurement, Roofline, Row, TuneResult
+from trainmedic.tune.model import SCHEMA, Ceilings, Config, Measurement, Roofline, Row, TuneResult  # noqa: E402
 
 __all__ = ["SCHEMA", "Callbacks", "Ceilings", "Config", "Measurement", "Roofline", "Row", "TuneResult", "tune"]
 

@@ -24,17 +24,17 @@ optimizer's state (``zeros_like`` of every parameter), which no later step repea
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils import flop_counter
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from trainmedic.devices import Device, get_device
 from trainmedic.errors import TuneError
 from trainmedic.plan.trace import PRECISIONS, trace_step
+from trainmedic.roofline.model import StepCost
+from trainmedic.roofline.op_bytes import op_bytes
 
 #: Ops whose kernels compute (FLOPs counted); the rest are "elementwise/other".
 MATMUL_CONV = "matmul/conv"
@@ -43,58 +43,6 @@ STEP_PHASES = ("forward", "backward", "optimizer")
 
 _aten = torch.ops.aten
 
-# Not marked ``is_view`` in their schema, yet they move no data: a view of a fresh tensor, an
-# allocation, a constant lifted into the graph.
-_NO_TRAFFIC = {"_unsafe_view", "lift_fresh", "lift_fresh_copy", "alias", "detach", "_record_function_enter_new",
-               "_record_function_exit"}
-# Ops that overwrite their first argument without reading it.
-_WRITE_ONLY_TARGET = {"copy_", "fill_", "zero_"}
-
-
-@dataclass(frozen=True)
-class StepCost:
-    """FLOPs and bytes of one training step (forward, loss, backward, optimizer) at one batch size."""
-
-    batch_size: int
-    precision: str
-    flops: float
-    #: Bytes read and written by the step's ops, each counted as its own kernel (unfused).
-    bytes: float
-    #: ``forward`` / ``backward`` / ``optimizer`` -> FLOPs and bytes of that part of the step.
-    flops_by_phase: dict[str, float] = field(default_factory=dict)
-    bytes_by_phase: dict[str, float] = field(default_factory=dict)
-    #: ``"matmul/conv"`` (ops with FLOPs) and ``"elementwise/other"`` (the rest) -> bytes: a
-    #: large second share is why a step is bandwidth-bound.
-    bytes_by_kind: dict[str, float] = field(default_factory=dict)
-    #: aten op name (``"addmm"``, ``"native_batch_norm_backward"``) -> bytes, largest first.
-    bytes_by_op: dict[str, float] = field(default_factory=dict)
-    #: (FLOPs, bytes) of every op of the step, in order: the roofline places each op under its
-    #: own roof, so a step of compute-bound convolutions and bandwidth-bound norms is not
-    #: judged by one averaged intensity.
-    ops: tuple[tuple[float, float], ...] = ()
-
-    @property
-    def intensity(self) -> float:
-        """Arithmetic intensity in FLOP per byte moved."""
-        return self.flops / self.bytes if self.bytes > 0 else float("inf")
-
-    def top_ops(self, n: int = 5) -> list[tuple[str, float]]:
-        """The ``n`` ops that move the most bytes, with their share of the step's bytes."""
-        total = self.bytes or 1.0
-        return [(name, moved / total) for name, moved in list(self.bytes_by_op.items())[:n]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "batch_size": self.batch_size,
-            "precision": self.precision,
-            "flops": self.flops,
-            "bytes": self.bytes,
-            "intensity": self.intensity,
-            "flops_by_phase": dict(self.flops_by_phase),
-            "bytes_by_phase": dict(self.bytes_by_phase),
-            "bytes_by_kind": dict(self.bytes_by_kind),
-            "bytes_by_op": dict(self.bytes_by_op),
-        }
 
 
 def count_step(build: Callable[[int], Any], batch_size: int, precision: str = "fp32",
@@ -178,38 +126,6 @@ class _Tally:
             self.bytes_by_op[name] = self.bytes_by_op.get(name, 0) + moved
         if moved or flops:
             self.ops.append((float(flops), float(moved)))
-
-
-def op_bytes(func: torch._ops.OpOverload, args: tuple, outputs: Any) -> int:
-    """Bytes one unfused kernel of ``func`` reads and writes: its tensor inputs and its fresh
-    or mutated outputs, each as the tensor passed (numel x element size), not its storage."""
-    name = func.__name__.split(".")[0]
-    if func.is_view or name in _NO_TRAFFIC or name.startswith(("empty", "new_empty")):
-        return 0
-    schema = func._schema
-    # zeros_like(x), new_zeros: the input gives only a shape and a dtype, it is never read.
-    metadata_inputs = name.endswith("_like") or name.startswith("new_")
-    written = [index < len(schema.arguments) and schema.arguments[index].alias_info is not None
-               and schema.arguments[index].alias_info.is_write for index in range(len(args))]
-    if not any(written) and _tensor_bytes(outputs) == 0:
-        return 0  # a query of metadata (prim.device, sym_size): no kernel runs
-    moved = 0
-    for arg, mutated in zip(args, written):
-        read = not metadata_inputs and not (mutated and name in _WRITE_ONLY_TARGET)
-        moved += _tensor_bytes(arg) * (int(read) + int(mutated))
-    # In-place results alias an argument already counted as written above; views move nothing.
-    returns = schema.returns
-    if len(returns) == 1:
-        if returns[0].alias_info is None:
-            moved += _tensor_bytes(outputs)
-    elif isinstance(outputs, (tuple, list)):
-        moved += sum(_tensor_bytes(out) for out, ret in zip(outputs, returns) if ret.alias_info is None)
-    return moved
-
-
-def _tensor_bytes(value: Any) -> int:
-    leaves = tree_flatten(value)[0] if isinstance(value, (tuple, list, dict)) else [value]
-    return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
 
 
 # --- FLOP formulas torch's table lacks ---------------------------------------------------------

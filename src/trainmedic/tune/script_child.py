@@ -31,8 +31,8 @@ def main(argv: Sequence[str]) -> int:
     script, args = argv[5], list(argv[6:])
 
     from trainmedic._os import write_text_atomically
-    from trainmedic.probe import runner
-    from trainmedic.probe.session import WatchSession
+    from trainmedic.run.probe import runner
+    from trainmedic.run.probe.session import WatchSession
 
     session = WatchSession(warmup=warmup, max_steps=steps, interval=interval_ms / 1000)
     session.start()

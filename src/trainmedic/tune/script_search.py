@@ -14,9 +14,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainmedic.diagnose.rules.compute import batch_option  # the names `trainmedic run` points here with
 from trainmedic.errors import TuneError
-from trainmedic.probe.runner import check_script
+from trainmedic.run.diagnose.rules.compute import batch_option  # the names `trainmedic run` points here with
+from trainmedic.run.probe.runner import check_script
 from trainmedic.tune.budget import Budget
 from trainmedic.tune.explain import explain
 from trainmedic.tune.model import Row, TuneResult

@@ -25,8 +25,9 @@ from typing import Any
 import torch
 
 from trainmedic.errors import PlanError, TrainmedicError, TuneError
+from trainmedic.roofline.place import roofline
 from trainmedic.tune.budget import Budget, OutOfTime
-from trainmedic.tune.ceilings import device_ceilings, roofline
+from trainmedic.tune.ceilings import device_ceilings
 from trainmedic.tune.counting import count_step
 from trainmedic.tune.explain import explain
 from trainmedic.tune.grid import (

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainmedic.batch.shards import MANIFEST, read_manifest
-from trainmedic.data.sources import open_source
+from trainmedic.data.shard_format import MANIFEST, read_manifest
 from trainmedic.data.sources.base import Source, check_request, select_fields
 from trainmedic.errors import BatchError, SourceError
 
@@ -57,7 +56,7 @@ class ShardedSource(Source):
         self._starts = np.array([entry["start"] for entry in entries] + [entries[-1]["stop"]], dtype=np.int64)
         first_specs = None
         for index, entry in enumerate(entries):
-            shard = open_source(self.path / entry["name"], fields)
+            shard = open_shard(self.path / entry["name"], fields)
             if first_specs is None:
                 first_specs = shard.specs
             if shard.length != entry["stop"] - entry["start"] or shard.specs != first_specs:
@@ -72,7 +71,7 @@ class ShardedSource(Source):
     def _shard(self, index: int) -> Source:
         shard = self._open.get(index)
         if shard is None:
-            shard = open_source(self.path / self._entries[index]["name"], self._fields)
+            shard = open_shard(self.path / self._entries[index]["name"], self._fields)
             self._keep(index, shard)
         else:
             self._open.move_to_end(index)
@@ -106,3 +105,18 @@ class ShardedSource(Source):
         while self._open:
             _, shard = self._open.popitem()
             shard.close()
+
+
+def open_shard(path: Path, fields: list[str] | None) -> Source:
+    """One shard, opened with the source of its storage (named by its suffix, as the writer names it)."""
+    if path.suffix == ".h5":
+        from trainmedic.data.sources.hdf5 import Hdf5Source
+
+        return Hdf5Source(path, fields)
+    if path.suffix == ".zarr":
+        from trainmedic.data.sources.zarr_store import ZarrSource
+
+        return ZarrSource(path, fields)
+    from trainmedic.data.sources.arrays import NumpySource
+
+    return NumpySource(path, fields)

@@ -1,0 +1,73 @@
+"""TM111: printing or logging on every training step."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from trainmedic.lint.context import ModuleContext
+from trainmedic.lint.model import Rule
+from trainmedic.lint.syntax import last_name
+
+#: logger.debug is left alone: it is off unless asked for, and then the user wants every step.
+_LOG_LEVELS = frozenset({"info", "warning", "warn", "error", "critical", "exception"})
+_LOGGER_NAME = re.compile(r"log", re.IGNORECASE)
+
+
+def _printer(context: ModuleContext, call: ast.Call) -> str | None:
+    qualname = context.qualname(call.func) or ""
+    if qualname in ("print", "pprint.pprint", "sys.stdout.write", "sys.stderr.write") or qualname.endswith("tqdm.write"):
+        return qualname.rsplit(".", 1)[-1] + "()" if qualname != "print" else "print()"
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in _LOG_LEVELS:
+        receiver = last_name(func.value)
+        if receiver and _LOGGER_NAME.search(receiver):
+            return f"{receiver}.{func.attr}()"
+    return None
+
+
+def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
+    for call in context.nodes(ast.Call):
+        what = _printer(context, call)
+        if what is None or not context.runs_every_step(call):
+            continue
+        yield call, (
+            f"{what} runs on every training step{context.every_step_note(call)}; log every N steps "
+            "(if step % log_every == 0) or once per epoch"
+        )
+
+
+RULE = Rule(
+    code="TM111",
+    name="log-every-step",
+    summary="print() or logger.info() inside the training loop, on every step.",
+    why=(
+        "Formatting and writing a line every step costs host time the GPU waits for, and a terminal\n"
+        "or notebook that renders thousands of lines a minute slows the whole loop. When the value\n"
+        "printed is a GPU tensor, each print also blocks until the device catches up (TM107).\n"
+        "Seed 002 (3D U-Net, TensorFlow) printed every batch, 100 times an epoch; printing once per\n"
+        "epoch was part of the fix. In trainmedic's logging scenario (tests/scenarios/logging_bound.py)\n"
+        "a per-step JSON log took 85 % of the step."
+    ),
+    fix=(
+        "Log every N steps behind `if step % log_every == 0:`, or accumulate on the device and print\n"
+        "once per epoch. logger.debug() is not flagged: it is off unless asked for."
+    ),
+    before="""
+for step, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    print(f"step {step} loss {loss.item():.4f}")
+""",
+    after="""
+for step, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if step % 100 == 0:
+        print(f"step {step} loss {loss.item():.4f}")
+""",
+    check=check,
+)

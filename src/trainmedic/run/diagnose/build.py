@@ -1,0 +1,343 @@
+"""Build a Report from what a watch session measured."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from trainmedic._version import __version__
+from trainmedic.categories import CATEGORIES, COMPUTE, MEMORY_BANDWIDTH, TINY_OPS
+from trainmedic.run.diagnose import amdahl, intensity, resolve, steps
+from trainmedic.run.diagnose.memory import memory_notes
+from trainmedic.run.diagnose.rules import RULES, Context
+from trainmedic.run.probe.clock import LOOP
+from trainmedic.run.probe.recorder import SLOTS, Aggregate
+from trainmedic.run.probe.runner import RunOutcome
+from trainmedic.run.probe.session import Measurements
+from trainmedic.run.report.model import Finding, LineCost, Report, StepStats, TimelinePoint
+from trainmedic.units import format_seconds
+
+#: Findings below this share of the step are noise, not advice (TF Profiler's "moderately
+#: input-bound" starts at 5 %).
+MIN_SHARE = 0.05
+MAX_LINES = 12
+#: The model's own time: compute, or memory_bandwidth when its counted ops are bandwidth-bound.
+_MODEL = (COMPUTE, MEMORY_BANDWIDTH)
+
+
+def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
+    aggregate, scope, n_steps = _scope(m)
+    evidence = _evidence(m, scope, run)
+    if evidence not in ("steps", "loop"):
+        return _without_steps(m, command, run, aggregate, evidence)
+    anchored = resolve.anchors_seen(aggregate)
+    # A loop whose iterations run no forward, backward or optimizer step is a per-sample loop
+    # (seed 001's generator): one iteration is one sample. With model work in it, an iteration
+    # is a training step (a hand-written SGD update) and a step's threshold applies.
+    per_sample = evidence == "loop" and not anchored
+    min_ops = resolve.TINY_MIN_OPS_PER_ITERATION if per_sample else resolve.TINY_MIN_OPS
+    loops = resolve.tiny_loops(aggregate, n_steps, m.ops_by_function, m.census_steps, min_ops, waits=m.sync_waits)
+    costs = resolve.resolve(aggregate, anchored, loops, m.ops_by_function)
+    # GPU runs: timed waits in sync calls, the counted ops' roofline (resolve.on_device).
+    bound = intensity.judge(m.op_costs, m.device)
+    costs = resolve.on_device(costs, bound, resolve.waiting_lines(aggregate, m.sync_waits))
+    total = sum(c.seconds for c in costs)
+
+    breakdown = _breakdown(costs, total)
+    if not total:
+        breakdown[COMPUTE] = 1.0  # nothing sampled: no evidence of any waste
+    bottleneck = max(CATEGORIES, key=lambda c: breakdown[c])
+
+    durations = [d for _, d in m.durations]
+    step_growth = steps.growth(durations)
+    cpu = [c for _, c in m.cpu_durations] if m.device.kind != "cuda" else None
+    stats = StepStats(
+        count=m.steady_steps,
+        median_s=statistics.median(durations) if durations else 0.0,
+        p90_s=steps.percentile(durations, 0.9),
+        growth=round(step_growth, 4),
+        warmup=m.warmup,
+        source=m.step_source,
+        cpu_growth=round(steps.growth(cpu), 4) if cpu else None,
+        loop=m.loop if m.step_source == LOOP else None,
+    )
+    mapping = resolve.slot_mapping(costs)
+    timeline = _timeline(m, mapping, breakdown)
+    rising = steps.trend(durations, cpu)
+    growing = _growing_category(timeline, rising, dict(m.cpu_durations)) if rising else None
+    findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command)
+
+    return _report(
+        m, command, run, evidence,
+        steps=stats,
+        breakdown=breakdown,
+        bottleneck=bottleneck,
+        findings=findings,
+        timeline=timeline,
+        lines=_lines(costs, total, n_steps),
+        notes=_notes(m, scope, anchored, loops),
+    )
+
+
+def _report(m: Measurements, command: list[str], run: RunOutcome, evidence: str, notes: list[str], **verdict) -> Report:
+    """A Report: how the run went and what it ran on, with ``verdict``'s steps, breakdown and findings."""
+    return Report(
+        command=command,
+        exit_code=run.exit_code,
+        outcome=run.outcome,
+        message=run.message,
+        device=m.device,
+        wall_s=round(m.wall_s, 4),
+        setup_s=round(m.setup_s, 4),
+        notes=notes + memory_notes(run.message, m.device),
+        version=__version__,
+        evidence=evidence,
+        **verdict,
+    )
+
+
+def _evidence(m: Measurements, scope: str, run: RunOutcome) -> str:
+    """What a verdict can rest on (report.model.EVIDENCE)."""
+    if m.step_source is not None and scope != "setup":
+        return "loop" if m.step_source == LOOP else "steps"
+    failed = run.outcome in ("exception", "interrupted") or (run.outcome == "exit" and run.exit_code != 0)
+    return "none" if failed else "whole run"
+
+
+def _without_steps(m: Measurements, command: list[str], run: RunOutcome, aggregate: Aggregate, evidence: str) -> Report:
+    """No complete step: where the run's time went, in whole-run seconds, and no verdict.
+
+    Shares of a run that never reached its training loop are shares of imports and set-up: a
+    bottleneck named from them would send the user after the wrong line (a script that raised at
+    its third line once read as "compute, 75 %" there).
+    """
+    everything = Aggregate()
+    for part in (m.setup, m.warm, m.steady):
+        everything.merge(part)
+    costs = resolve.resolve(everything, resolve.anchors_seen(everything), {}, m.ops_by_function)
+    total = sum(c.seconds for c in costs)
+    return _report(
+        m, command, run, evidence,
+        # Steps counted but never sampled inside (a few sub-millisecond ones) keep their count.
+        steps=StepStats(count=m.steady_steps, median_s=0.0, p90_s=0.0, growth=1.0, warmup=len(m.warmup_durations),
+                        source=m.step_source, loop=m.loop if m.step_source == LOOP else None),
+        breakdown=_breakdown(costs, total),
+        bottleneck=None,
+        findings=[],
+        lines=_lines(costs, total, 1),
+        notes=_thin_notes(m, run, evidence),
+    )
+
+
+def _breakdown(costs: list[resolve.Cost], total: float) -> dict[str, float]:
+    breakdown = dict.fromkeys(CATEGORIES, 0.0)
+    for cost in costs:
+        breakdown[cost.category] += cost.seconds
+    return {c: (s / total if total else 0.0) for c, s in breakdown.items()}
+
+
+def _thin_notes(m: Measurements, run: RunOutcome, evidence: str) -> list[str]:
+    wall = f"{m.wall_s:.2f} s"
+    if evidence == "none":
+        how = {"interrupted": "was stopped", "exit": "exited"}.get(run.outcome, "failed")
+        what = f" ({run.message})" if run.message else ""
+        notes = [(
+            f"The script {how} before its first step{what}, after {wall}: nothing was measured that a "
+            "verdict could rest on, so no bottleneck is named. The times below are of the whole run."
+        )]
+    elif m.step_source is not None:
+        counted = len(m.warmup_durations) + m.steady_steps
+        notes = [(
+            f"{counted} step(s) were counted ({m.step_source}), too few and too short for the stack sampler "
+            f"(every {m.sampler_interval_s * 1e3:.0f} ms) to see inside one: no bottleneck is named, and the "
+            f"times below are of the whole run ({wall}). Let it run more steps."
+        )]
+    else:
+        why = f" ({m.loop_problem})" if m.loop_problem else ""
+        notes = [(
+            "No steps were detected (no optimizer.step(), Keras fit, DataLoader iteration or trainmedic.step()), "
+            f"and no loop held most of the run's time{why}: no bottleneck is named, and the times below are of "
+            f"the whole run ({wall}), not per step. Mark each step with `import trainmedic` and "
+            "`trainmedic.step()` at the end of the loop body."
+        )]
+    if m.max_steps is not None and m.step_source is None:
+        notes.append(f"--steps {m.max_steps} could not stop the run: it never counted a step.")
+    if m.samples:
+        notes.append(
+            f"Stack sampler: {m.samples} samples at {m.sampler_interval_s * 1e3:.0f} ms, "
+            f"its own time {m.sampler_busy_s / max(m.wall_s, 1e-9):.2%} of the run."
+        )
+    return notes
+
+
+def _scope(m: Measurements) -> tuple[Aggregate, str, int]:
+    """Steady state when there is one; else the warm-up steps; else everything before any step."""
+    if m.steady.seconds > 0:
+        return m.steady, "steady", max(m.steady_steps, 1)
+    if m.warm.seconds > 0:
+        return m.warm, "warmup", max(len(m.warmup_durations), 1)
+    return m.setup, "setup", 1
+
+
+def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=()) -> list[Finding]:
+    groups: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    # Which function each line's time was spent in, so advice can name the function to change.
+    functions: dict[tuple[str, str], dict[tuple[str | None, str | None], float]] = defaultdict(
+        lambda: defaultdict(float)
+    )
+    phases: dict[str, float] = defaultdict(float)  # compute split by forward/backward/optimizer
+    forward_lines: dict[str, float] = defaultdict(float)
+    for cost in costs:
+        kind = cost.kind
+        if cost.category in _MODEL:
+            # The model's own time is one finding, whichever of forward/backward/step it was in.
+            kind = "model"
+            phases[cost.kind] += cost.seconds
+            if cost.kind == "forward" and cost.where is not None:
+                forward_lines[cost.where] += cost.seconds
+        groups[(cost.category, kind)][cost.where] += cost.seconds
+        functions[(cost.category, kind)][(cost.where, cost.function)] += cost.seconds
+    findings = []
+    for (category, kind), by_where in groups.items():
+        seconds = sum(by_where.values())
+        share = seconds / total if total else 0.0
+        if share < MIN_SHARE:
+            continue
+        # Backward time has no line of its own (autograd runs in C++); it mirrors the forward,
+        # so the model's heaviest forward line is where compute time originates.
+        pool = forward_lines if category in _MODEL and forward_lines else by_where
+        where = max((w for w in pool if w is not None), key=lambda w: pool[w], default=None)
+        function = _function_at(functions[(category, kind)], where)
+        grows = category == growing
+        if grows and kind == resolve.BATCH_PREPARATION:
+            kind = "pool"  # batch preparation that gets slower every step: a growing structure
+        ops = max((loop.ops_per_step for loop in loops.values()), default=0.0)
+        growth = rising.ratio if rising else stats.growth
+        ctx = Context(
+            where, seconds / n_steps, stats.median_s, m.device.kind, ops, growth, m.sources, function,
+            step_source=m.step_source,
+            loop=stats.loop,
+            command=tuple(command),
+        )
+        advice = RULES[category](kind, ctx)
+        unit = ctx.unit
+        evidence = [(
+            f"{share:.1%} of steady-state {unit} time "
+            f"({format_seconds(seconds / n_steps)} of a {format_seconds(stats.median_s)} median {unit})"
+        )]
+        if where is not None and pool.get(where) and len(pool) > 1:
+            evidence.append(f"{pool[where] / seconds:.0%} of it at {where}")
+        if category in _MODEL:
+            split = ", ".join(f"{phase} {value / seconds:.0%}" for phase, value in sorted(phases.items(), key=lambda kv: -kv[1]))
+            evidence.append(f"split: {split}")
+        if category == TINY_OPS and loops:
+            slowest = max(loops.values(), key=lambda loop: loop.ops_per_step)
+            evidence.append(f"{ops:,.0f} torch calls per {unit} at {slowest.seconds_per_op * 1e6:.1f} µs each")
+        evidence.extend(resolve.device_evidence(category, intensity.judge(m.op_costs, m.device), m.sync_waits, n_steps))
+        if grows:
+            evidence.append(f"{rising.measure} grew {rising.ratio:.2f}x from the first to the last quarter of the run")
+        findings.append(Finding(
+            category=category,
+            share=round(share, 4),
+            title=advice.title,
+            evidence="; ".join(evidence),
+            where=where,
+            fix=advice.fix,
+            expected_speedup=round(amdahl.expected_speedup(share, advice.factor), 2),
+            ceiling=round(amdahl.ceiling(share), 2),
+            kind=kind,
+            suggestion=advice.suggestion,
+        ))
+    findings.sort(key=lambda f: f.share, reverse=True)
+    return findings
+
+
+def _function_at(spent: dict[tuple[str | None, str | None], float], where: str | None) -> str | None:
+    """The function most of the time at ``where`` was spent in (None when no line is known)."""
+    at_where = {f: s for (w, f), s in spent.items() if w == where and where is not None and f is not None}
+    return max(at_where, key=lambda f: at_where[f], default=None)
+
+
+def _timeline(m: Measurements, mapping, breakdown) -> list[TimelinePoint]:
+    vectors = dict(m.per_step)
+    points = []
+    for index, duration in m.durations:
+        shares = dict.fromkeys(CATEGORIES, 0.0)
+        slots = vectors.get(index)
+        sampled = sum(slots) if slots else 0.0
+        if sampled > 0:
+            for slot, weight in zip(SLOTS, slots):
+                for category, fraction in mapping.get(slot, {}).items():
+                    shares[category] += weight * fraction / sampled
+        else:
+            shares.update(breakdown)  # a step shorter than the sampling interval
+        points.append(TimelinePoint(index, round(duration, 6), {c: round(s * duration, 6) for c, s in shares.items()}))
+    return points
+
+
+def _growing_category(timeline: list[TimelinePoint], rising: steps.Trend, cpu_by_step: dict[int, float]) -> str | None:
+    """The category whose seconds per step grew most, on the clock that showed the trend."""
+    def seconds(point: TimelinePoint, category: str) -> float:
+        if rising.measure == "step time" or point.seconds <= 0:
+            return point.categories[category]
+        # The step's category shares, applied to its CPU time instead of its wall time.
+        return point.categories[category] / point.seconds * cpu_by_step.get(point.step, 0.0)
+
+    best, best_delta = None, 0.0
+    for category in CATEGORIES:
+        first, last = steps.quarters([seconds(p, category) for p in timeline])
+        if last - first > best_delta:
+            best, best_delta = category, last - first
+    return best
+
+
+def _lines(costs, total, n_steps) -> list[LineCost]:
+    merged: dict[tuple[str, str, str], float] = defaultdict(float)
+    for cost in costs:
+        if cost.where is not None:
+            merged[(cost.where, cost.category, cost.kind)] += cost.seconds
+    top = sorted(merged.items(), key=lambda item: item[1], reverse=True)[:MAX_LINES]
+    return [LineCost(w, c, k, round(s / n_steps, 6), round(s / total, 4) if total else 0.0) for (w, c, k), s in top]
+
+
+def _notes(m: Measurements, scope: str, anchored: bool, loops) -> list[str]:
+    notes = []
+    if m.step_source == LOOP:
+        notes.append(
+            "No optimizer.step(), Keras fit, DataLoader iteration or trainmedic.step() was seen: each iteration of "
+            f"the loop at {m.loop} counts as one step (first {m.warmup} excluded as warm-up). Mark the steps with "
+            "`trainmedic.step()` if they are something else."
+        )
+    elif scope == "warmup":
+        notes.append(f"Only {len(m.warmup_durations)} step(s) ran, all within warm-up: the breakdown covers warm-up steps.")
+    else:
+        notes.append(f"Steps marked by {m.step_source}; first {m.warmup} warm-up step(s) excluded.")
+    if m.setup_s > 0:
+        notes.append(f"Set-up before the first step took {m.setup_s:.2f} s (not in the breakdown).")
+    if m.device.kind == "cpu":
+        notes.append(f"CUDA {m.device.details.get('cuda', 'not available')}.")
+    if m.samples:
+        notes.append(
+            f"Stack sampler: {m.samples} samples at {m.sampler_interval_s * 1e3:.0f} ms, "
+            f"its own time {m.sampler_busy_s / max(m.wall_s, 1e-9):.2%} of the run."
+        )
+    if m.census_steps:
+        ops = sum(m.ops_by_function.values()) / m.census_steps
+        notes.append(f"Op census over {m.census_steps} warm-up step(s): {ops:,.0f} torch calls per step.")
+    if m.steady_steps and not anchored:
+        notes.append("No forward, backward or optimizer step was seen inside steps: plain user code was classified by its torch op count.")
+    if m.device.kind == "cuda":
+        notes.append(
+            "Each step boundary waits for the step's queued CUDA work, so asynchronous kernels are "
+            "charged to the step that launched them rather than to a later sync point."
+        )
+        nvml = m.device.details.get("nvml", {})
+        if nvml.get("available"):
+            notes.append(
+                f"NVML: GPU busy {nvml.get('util_gpu_pct_mean', '?')} % on average, power "
+                f"{nvml.get('power_w_mean', '?')} W of {nvml.get('power_limit_w', '?')} W, "
+                f"SM clock {nvml.get('sm_clock_mhz_mean', '?')} MHz, P-state {nvml.get('pstate_mean', '?')}."
+            )
+        else:
+            notes.append(f"NVML readings unavailable: {nvml.get('reason', 'unknown')}.")
+    return notes

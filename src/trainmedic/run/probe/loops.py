@@ -1,0 +1,297 @@
+"""The loop a run without steps spends its time in, and its iterations counted as the steps.
+
+A script with no ``optimizer.step()``, no Keras fit, no DataLoader and no ``trainmedic.step()``
+(a hand-written SGD update, seed 001's per-sample generation job) gives the step clock nothing to
+count. Such a script still repeats something: the loop its stack samples sit in. While no step
+source has shown up, :class:`LoopFinder` looks at each sample's user frames, and once one loop
+holds nearly every sample of the last few hundred milliseconds it is chosen: the innermost such
+loop, so an epoch loop around a per-sample loop gives the per-sample loop.
+
+:class:`LoopClock` then makes each iteration a step boundary. Counting needs code on the training
+thread, which the sampler thread cannot run, so it sends that thread a signal: the handler (run by
+the interpreter on the main thread between bytecodes) installs a line tracer on the loop's frame,
+which calls the step clock each time the loop's head runs. ``sys.settrace`` needs a global trace
+function too; ours returns at once, except for new frames of the loop's own code (a function
+called once per epoch), which it traces as well. That costs each Python call on the training
+thread a few hundred nanoseconds, only in runs that have no steps of their own, and it stops when
+a real step source takes over. Only the main thread takes signals: a script run elsewhere, or
+under a tracer already in place (a debugger, coverage), gets no loop clock and is told why.
+"""
+
+from __future__ import annotations
+
+import ast
+import signal
+import sys
+import threading
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import CodeType, FrameType
+from typing import Any
+
+from trainmedic.run.probe.clock import LOOP, StepClock
+from trainmedic.run.probe.frames import FrameClassifier, read_tree
+
+#: Samples looked at together: about 0.3 s of a run at the default 10 ms interval.
+WINDOW = 30
+#: A loop is the run's when this share of the window's samples sit inside it.
+SHARE = 0.8
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_COMPREHENSION_CODES = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
+# Python 3.12 runs list, set and dict comprehensions inline, in the enclosing function's frame.
+_INLINED = (ast.ListComp, ast.SetComp, ast.DictComp) if sys.version_info >= (3, 12) else ()
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop of the user's code, as the interpreter runs it."""
+
+    code: CodeType
+    #: The line executed once at the start of every iteration (the ``for``/``while`` line; the
+    #: body's first line for ``while True``, whose test the compiler drops).
+    line: int
+    #: Shown to the user: ``train.py:42`` (the loop's own first line).
+    where: str
+
+
+@dataclass(frozen=True)
+class _Site:
+    first: int
+    last: int
+    line: int
+    body: tuple[int, int] | None  # a ``for``: only its body and head repeat, not its iterable
+
+
+class LoopFinder:
+    """Votes, sample by sample, for the loops the training thread's user frames are inside."""
+
+    def __init__(self, classifier: FrameClassifier, window: int = WINDOW, share: float = SHARE) -> None:
+        self.classifier = classifier
+        self.window = window
+        self.share = share
+        self._recent: deque[tuple[Loop, ...]] = deque(maxlen=window)
+        self._votes: Counter[Loop] = Counter()
+        self._sites: dict[str, dict[Any, list[_Site]]] = {}
+
+    def observe(self, frame: FrameType | None) -> Loop | None:
+        """Count one sample; return the loop once one holds ``share`` of a full window."""
+        loops = self.loops_on_stack(frame)
+        if len(self._recent) == self.window:
+            self._votes.subtract(self._recent[0])
+        self._recent.append(loops)
+        self._votes.update(loops)
+        if len(self._recent) < self.window:
+            return None
+        needed = self.share * self.window
+        # Innermost first: the per-sample loop inside an epoch loop, not the epoch loop.
+        return next((loop for loop in loops if self._votes[loop] >= needed), None)
+
+    def loops_on_stack(self, frame: FrameType | None) -> tuple[Loop, ...]:
+        """The loops around each user frame's current line, innermost frame and loop first."""
+        found: list[Loop] = []
+        while frame is not None:
+            if self.classifier.code_info(frame)[0]:
+                code = frame.f_code
+                for site in self._sites_of(code):
+                    if _inside(site, frame.f_lineno):
+                        found.append(Loop(code, site.line, self.classifier.where(code.co_filename, site.first)))
+            frame = frame.f_back
+        return tuple(found)
+
+    def _sites_of(self, code: CodeType) -> list[_Site]:
+        by_function = self._sites.get(code.co_filename)
+        if by_function is None:
+            by_function = self._sites[code.co_filename] = _loop_sites(code.co_filename)
+        if code.co_name == "<module>":
+            key: Any = "<module>"
+        elif code.co_name in _COMPREHENSION_CODES:
+            key = ("comprehension", code.co_firstlineno)
+        else:
+            key = code.co_firstlineno
+        # Innermost loop first: a nested loop starts later than the loop around it.
+        return sorted(by_function.get(key, ()), key=lambda s: -s.first)
+
+
+def _inside(site: _Site, line: int | None) -> bool:
+    if line is None or not site.first <= line <= site.last:
+        return False
+    if site.body is None or line == site.line:
+        return True
+    return site.body[0] <= line <= site.body[1]
+
+
+def _loop_sites(filename: str) -> dict[Any, list[_Site]]:
+    """Every function's own loops (not those of functions nested in it), by the key
+    :meth:`LoopFinder._sites_of` looks code objects up with."""
+    tree = read_tree(filename)
+    if tree is None:
+        return {}
+    sites: dict[Any, list[_Site]] = {}
+
+    def visit(node: ast.AST, keys: tuple[Any, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                # co_firstlineno is the first decorator's line for a decorated function.
+                visit(child, (child.lineno, *(d.lineno for d in child.decorator_list)))
+                continue
+            if isinstance(child, (ast.Lambda, ast.ClassDef)):
+                visit(child, (("elsewhere", id(child)),))
+                continue
+            site = _site(child)
+            if site is not None:
+                if isinstance(child, _COMPREHENSIONS) and not isinstance(child, _INLINED):
+                    sites.setdefault(("comprehension", child.lineno), []).append(site)
+                else:
+                    for key in keys:
+                        sites.setdefault(key, []).append(site)
+            visit(child, keys)
+
+    visit(tree, ("<module>",))
+    return sites
+
+
+def _site(node: ast.AST) -> _Site | None:
+    last = getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return _Site(node.lineno, last, node.lineno, (node.body[0].lineno, node.body[-1].end_lineno or last))
+    if isinstance(node, ast.While):
+        forever = isinstance(node.test, ast.Constant) and bool(node.test.value)
+        return _Site(node.lineno, last, node.body[0].lineno if forever else node.lineno, None)
+    if isinstance(node, _COMPREHENSIONS):
+        return _Site(node.lineno, last, node.lineno, None)
+    return None
+
+
+def _signal_number() -> int | None:
+    """A signal nobody else listens to: one near the top of the real-time range on Linux,
+    SIGUSR2 elsewhere; None where threads cannot be signalled (Windows)."""
+    if not hasattr(signal, "pthread_kill"):
+        return None
+    rtmax = getattr(signal, "SIGRTMAX", None)
+    return int(rtmax) - 2 if rtmax is not None else int(signal.SIGUSR2)
+
+
+class LoopClock:
+    """Makes each iteration of a chosen loop a step boundary on the training thread."""
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
+        self.loop: Loop | None = None
+        #: Why no loop could be counted, for the report (None while nothing went wrong).
+        self.problem: str | None = None
+        self._signal = _signal_number()
+        self._previous: Any = None
+        self._armed = False
+        self._thread = threading.main_thread()
+        self._tracing = False
+        self._local: Callable[..., Any] | None = None
+        self._global: Callable[..., Any] | None = None
+
+    def arm(self) -> bool:
+        """Take the signal now, on the main thread, before the script runs (False: cannot)."""
+        if threading.current_thread() is not self._thread:
+            self.problem = "the script does not run on the main thread, so no loop could be timed"
+        elif self._signal is None:
+            self.problem = "this platform cannot signal a thread, so no loop could be timed"
+        elif signal.getsignal(self._signal) not in (signal.SIG_DFL, None):
+            self.problem = "the signal the loop clock needs is taken by the script, so no loop could be timed"
+        else:
+            self._previous = signal.signal(self._signal, self._on_signal)
+            self._armed = True
+            return True
+        return False
+
+    def count(self, loop: Loop) -> None:
+        """From the sampler thread: start counting ``loop``'s iterations."""
+        if self.loop is not None or not self._armed or self._signal is None:
+            return
+        if signal.getsignal(self._signal) != self._on_signal:
+            self.problem = "the script replaced the signal handler the loop clock needs, so no loop could be timed"
+            return
+        self.loop = loop
+        signal.pthread_kill(self._thread.ident, self._signal)
+
+    def _on_signal(self, _signum: int, frame: FrameType | None) -> None:
+        loop = self.loop
+        if loop is None or self._tracing or self.clock.source not in (None, LOOP):
+            return
+        if sys.gettrace() is not None:
+            self.problem = "another tracer (a debugger or coverage) is active, so the loop could not be timed"
+            return
+        line, code, boundary = loop.line, loop.code, self._boundary
+
+        def local(frame: FrameType, event: str, _arg: Any) -> Any:
+            if event == "line" and frame.f_lineno == line:
+                boundary()
+            return local
+
+        def global_(frame: FrameType, event: str, _arg: Any) -> Any:
+            # New frames of the loop's code (its function called again) are counted as well.
+            return local if event == "call" and frame.f_code is code else None
+
+        self._local, self._global = local, global_
+        while frame is not None and frame.f_code is not code:
+            frame = frame.f_back
+        if frame is not None:
+            frame.f_trace_lines = True
+            frame.f_trace = local
+        sys.settrace(global_)
+        self._tracing = True
+
+    def _boundary(self) -> None:
+        if self.clock.source not in (None, LOOP):
+            self.untrace()  # a real step source took over: iterations mean nothing more
+            return
+        self.clock.boundary(LOOP)
+
+    def untrace(self) -> None:
+        """Stop counting (on the main thread: the tracer belongs to it)."""
+        if not self._tracing or threading.current_thread() is not self._thread:
+            return
+        self._tracing = False
+        if sys.gettrace() is self._global:
+            sys.settrace(None)
+        frame: FrameType | None = sys._getframe()
+        while frame is not None:
+            if frame.f_trace is self._local:
+                frame.f_trace = None
+            frame = frame.f_back
+
+    def disarm(self) -> None:
+        """Stop counting and give the signal back (main thread, when the run ends)."""
+        self.untrace()
+        if self._armed and self._signal is not None and threading.current_thread() is self._thread:
+            if signal.getsignal(self._signal) == self._on_signal:
+                signal.signal(self._signal, self._previous if self._previous is not None else signal.SIG_DFL)
+            self._armed = False
+
+
+class LoopWatch:
+    """The finder and the clock together, as the sampler and the session use them."""
+
+    def __init__(self, clock: StepClock, classifier: FrameClassifier) -> None:
+        self.finder = LoopFinder(classifier)
+        self.clock = LoopClock(clock)
+        self.armed = self.clock.arm()
+
+    @property
+    def looking(self) -> bool:
+        return self.armed and self.clock.loop is None and self.clock.problem is None
+
+    def observe(self, frame: FrameType | None) -> None:
+        """Sampler thread, while no step source has shown up."""
+        loop = self.finder.observe(frame)
+        if loop is not None:
+            self.clock.count(loop)
+
+    @property
+    def loop(self) -> Loop | None:
+        return self.clock.loop
+
+    @property
+    def problem(self) -> str | None:
+        return self.clock.problem
+
+    def stop(self) -> None:
+        self.clock.disarm()
