@@ -1,5 +1,5 @@
 """Progress bars for reading a source once (``trainmedic.data``) and for generation jobs
-(``trainmedic.batch``); they draw on stderr."""
+(``trainmedic.batch``, with where the time goes); they draw on stderr."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from rich.text import Text
 
 class ProgressBar:
     """Rows read (or samples made) so far, of how many when known; drawn by rich on ``stream``.
-    With ``unit="samples"`` it also shows the rate and the time left."""
+    With ``unit="samples"`` it also shows the rate, the time left and a status that
+    ``describe`` sets (a generation job's seconds per stage and what sets its pace)."""
 
     def __init__(self, stream: IO[str] | None = None, unit: str = "rows") -> None:
         self.stream = stream
@@ -34,14 +35,19 @@ class ProgressBar:
         console = Console(file=self.stream or sys.stderr)
         columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit), TimeElapsedColumn()]
         if self.unit != "rows":
-            columns += [_RateColumn(self.unit), TextColumn("ETA"), TimeRemainingColumn()]
+            columns += [_RateColumn(self.unit), TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[status]}")]
         self._progress = Progress(*columns, console=console)
         self._progress.start()
-        self._task = self._progress.add_task(description, total=total_rows)
+        self._task = self._progress.add_task(description, total=total_rows, status="")
 
     def advance(self, rows: int) -> None:
         if self._progress is not None:
             self._progress.advance(self._task, rows)
+
+    def describe(self, text: str) -> None:
+        """Show ``text`` after the bar (a status, not a log line: the next call replaces it)."""
+        if self._progress is not None:
+            self._progress.update(self._task, status=text)
 
     def stop(self) -> None:
         if self._progress is not None:

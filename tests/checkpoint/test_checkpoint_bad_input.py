@@ -15,7 +15,7 @@ import pytest
 import torch
 from ckpt_kit import checkpoints, published, run_child, temp_entries
 
-from trainmedic.checkpoint import CheckpointError, CheckpointMismatchError, Checkpointer
+from trainmedic.checkpoint import Checkpointer, CheckpointError, CheckpointMismatchError
 
 
 def checkpointer(directory, **kw) -> Checkpointer:

@@ -14,7 +14,9 @@ threads, the GPU 28 % busy; one call per 256 samples was the 8-10x fix, written 
     batch.generate(iq_sample, {"freq": freqs, "snr_db": snrs}, out="iq/")   # shards, resumable
 
 Layers: ``rng`` (per-sample random streams), ``vectorize`` (vmap or the loop), ``params``
-(the job's columns), ``sizing`` (samples per call from memory), ``shards`` (the output folder),
+(the job's columns), ``measure`` (a real call's peak memory), ``sizing`` (samples per call from
+it), ``shards`` (the output folder), ``host`` (a shard's outputs on the host: pinned side-stream
+copies on CUDA), ``writer`` (the background writer thread), ``stages`` (where the time went),
 ``generate`` (the job). Nothing here prints: a fallback is a :class:`FallbackWarning`, progress
 goes to an object that ``trainmedic.progress`` draws.
 """

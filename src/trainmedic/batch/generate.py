@@ -8,6 +8,12 @@ does that for any per-sample function::
     result = batch.generate(iq_sample, {"freq": freqs, "snr_db": snrs}, out="iq/", seed=0)
     loader = trainmedic.data.load("iq/", batch_size=256)   # the shards, as one dataset
 
+The job is a pipeline: the caller's thread makes a shard's calls (on CUDA their outputs go to
+pinned host buffers on a side stream, ``host.py``) while one background thread writes the
+previous shard (``writer.py``); ``stages.py`` says where the time went and whether the disk
+held the job back. Sizing runs the function on 8 and 64 real samples (``measure.py``): no
+fake-tensor trace, so a small job no longer pays seconds of imports (torch._dynamo, sympy).
+
 Ctrl+C or SIGTERM lets the call in flight finish, writes its shard, and ends the process with
 :class:`~trainmedic.errors.Preempted` (exit code 128 + the signal); running the same call again
 resumes at the first missing shard, and the folder ends byte-identical to an uninterrupted run.
@@ -29,11 +35,15 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten
 
+from trainmedic.batch.host import CpuShards, CudaShards, HostShard
 from trainmedic.batch.identity import function_digest
+from trainmedic.batch.measure import peak_bytes
 from trainmedic.batch.params import Params, as_params
 from trainmedic.batch.shards import ShardStore
-from trainmedic.batch.sizing import Sizing, choose_batch_size, shard_size_for
+from trainmedic.batch.sizing import MEASURE_SIZES, Sizing, choose_batch_size, free_bytes, shard_size_for
+from trainmedic.batch.stages import Stages, bottleneck
 from trainmedic.batch.vectorize import VMAP, Vectorized, vectorize, whole_number
+from trainmedic.batch.writer import ShardWriter
 from trainmedic.data.materialize import progress_for
 from trainmedic.data.sources.arrays import to_numpy
 from trainmedic.errors import BatchError, Preempted
@@ -44,6 +54,8 @@ __all__ = ["Generated", "generate"]
 logger = logging.getLogger("trainmedic.batch")
 
 _PROBE_SAMPLES = 8
+#: Shards waiting for the writer: one is enough to keep it busy while the next is made.
+_WRITER_DEPTH = 1
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
@@ -68,6 +80,11 @@ class Generated:
     seconds: float
     sizing: str
     notes: list[str] = field(default_factory=list)
+    #: Seconds per stage (generate, copy, write, waited; see ``batch/stages.py``): generating
+    #: and writing overlap, so they need not add up to ``seconds``.
+    stages: dict[str, float] = field(default_factory=dict)
+    #: "generate" or "write": the stage that set the job's pace.
+    bottleneck: str = "generate"
 
     @property
     def samples_per_second(self) -> float:
@@ -99,7 +116,8 @@ def generate(
     the job begins and kept by a resumed run. ``format``: "npy", "hdf5" or "zarr".
     ``keep_params``: store the params beside the outputs (the labels of a synthetic dataset).
     ``progress``: None draws a bar on a terminal; False never; or an object with
-    ``start(description, total)``, ``advance(n)``, ``stop()``.
+    ``start(description, total)``, ``advance(n)``, ``stop()``, and optionally ``describe(text)``,
+    which gets the rate and the stages' seconds after every shard (``Generated.stages``).
     """
     started = time.perf_counter()
     columns = as_params(params)
@@ -132,29 +150,50 @@ def generate(
         # shards' seeded generator, so a shard's global draws match the uninterrupted run's.
         _probe(vf, columns, target, seed)
     bar = progress_for(progress, unit="samples")
-    written = 0
+    stages = Stages()
+    host = CudaShards(target, store.shard_size, _WRITER_DEPTH) if target.type == "cuda" else CpuShards()
+    writer = ShardWriter(store.write, stages, _WRITER_DEPTH)
+    describe = getattr(bar, "describe", None)  # optional: a progress object that shows a status line
     catcher = _catch_stop_signals()
     try:
         bar.start(f"{vf.name}, {store.batch_size} per call", columns.length)
         bar.advance(columns.length - sum(_rows_in(store, i) for i in todo))
         for index in todo:
             start, stop = store.bounds(index)
-            arrays = _run_shard(vf, columns, start, stop, store.batch_size, seed, target, index, keep_params, bar)
-            store.write(index, arrays)
-            written += 1
+            shard = _run_shard(vf, columns, start, stop, store.batch_size, seed, target, index, keep_params, bar, host, stages)
+            writer.put(shard)  # written in the background while the next shard is made
+            if callable(describe):
+                describe(stages.short())
             if catcher is not None and catcher.received is not None and index != todo[-1]:
+                catcher.saving = True  # the watchdog waits: the last shards are being written
+                writer.close()
                 _stop(catcher, store, stop, f"stopped after shard {index} ({stop} of {columns.length} samples in "
                       f"{store.out}); run the same generate() call again to resume at the next shard.")
+        writer.close()
         store.finish()
         if catcher is not None and catcher.received is not None:
             # Asked to stop during the last shard: the job is whole, and the process still stops
             # rather than going on (into training, say) as if nothing had been asked.
             _stop(catcher, store, columns.length, f"the job in {store.out} is complete; stopping as asked.")
+    except Exception as exc:
+        # The shards handed over are whole and good: written, a resume starts after them.
+        failed = writer.shut()
+        if failed is not None and failed not in (exc, exc.__cause__):
+            exc.add_note(f"the background writer had failed too: {failed}")
+        raise
+    except BaseException:
+        writer.shut(drop_waiting=True)  # a second Ctrl+C, say: now, but no shard left half-written
+        raise
     finally:
         bar.stop()
         if catcher is not None:
             catcher.uninstall()
+    seconds = stages.snapshot()
+    line = stages.line()
+    logger.info("%s: %d samples, %s", vf.name, stages.samples, line)
     notes = list(vf.notes)
+    if bottleneck(seconds) == "write" and writer.written > 1:
+        notes.append(line)
     if store.resumed:
         notes.append(f"resumed: {store.shard_count - len(todo)} of {store.shard_count} shards were already in {store.out}")
     return Generated(
@@ -166,11 +205,13 @@ def generate(
         mode=vf.mode or "not run (every shard was already written)",
         reason=vf.reason,
         shards=store.shard_count,
-        shards_written=written,
+        shards_written=writer.written,
         resumed=store.resumed,
         seconds=time.perf_counter() - started,
         sizing=sizing_line,
         notes=notes,
+        stages=seconds,
+        bottleneck=bottleneck(seconds),
     )
 
 
@@ -179,9 +220,9 @@ def generate(
 
 def _run_shard(
     vf: Vectorized, columns: Params, start: int, stop: int, batch_size: int, seed: int, device: torch.device,
-    index: int, keep_params: bool, bar: Any,
-) -> dict[str, np.ndarray]:
-    parts: list[dict[str, np.ndarray]] = []
+    index: int, keep_params: bool, bar: Any, host: CpuShards | CudaShards, stages: Stages,
+) -> HostShard:
+    shard = host.begin(index, stop - start)
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         # A function that draws from torch's global generator still gets the same numbers for
@@ -189,31 +230,40 @@ def _run_shard(
         torch.manual_seed(_shard_seed(seed, index))
         for first in range(start, stop, batch_size):
             last = min(first + batch_size, stop)
+            began = time.perf_counter()
+            shard.call_started()
             inputs = {name: _to_device(value, device, vf) for name, value in columns.rows(first, last).items()}
-            parts.append(_named_outputs(vf(**inputs, seed=seed, start=first), vf.name))
+            named = _named_leaves(vf(**inputs, seed=seed, start=first), vf.name)
+            made = time.perf_counter()
+            shard.add(first - start, named)
+            if host.host_timed:
+                stages.add("generate", made - began)
+                stages.add("copy", time.perf_counter() - made)
+            stages.samples += last - first
             bar.advance(last - first)
-    arrays = parts[0] if len(parts) == 1 else {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-    rows = columns.rows(start, stop)
+    done, copy_seconds = shard.finish()
+    stages.add("copy", copy_seconds)
     if keep_params:
-        for name, value in rows.items():
-            if name in arrays:
+        for name, value in columns.rows(start, stop).items():
+            if name in done.arrays:
+                done.release()
                 raise BatchError(
                     f"{vf.name} returns an output named {name!r}, which is also a param; rename the output, "
                     f"or pass keep_params=False."
                 )
-            arrays[name] = to_numpy(value)
-    return arrays
+            done.arrays[name] = to_numpy(value)
+    return done
 
 
-def _named_outputs(output: Any, name: str) -> dict[str, np.ndarray]:
-    """One array per output, moved to the host once per shard (seed 001's single copy back)."""
+def _named_leaves(output: Any, name: str) -> dict[str, Any]:
+    """One tensor (or array) per named output, checked: flat, with names like identifiers."""
     if isinstance(output, dict):
         named = dict(output)
     elif isinstance(output, (tuple, list)):
         named = {f"output_{i}": value for i, value in enumerate(output)}
     else:
         named = {"output": output}
-    arrays = {}
+    leaves_by_name = {}
     for key, value in named.items():
         key = str(key)
         if not _FIELD_NAME.match(key):
@@ -221,8 +271,13 @@ def _named_outputs(output: Any, name: str) -> dict[str, np.ndarray]:
         leaves, _ = tree_flatten(value)
         if len(leaves) != 1 or isinstance(value, (dict, list, tuple)):
             raise BatchError(f"{name}'s output {key!r} is nested; return a tensor, a tuple or a flat dict of tensors.")
-        arrays[key] = to_numpy(leaves[0])
-    return arrays
+        leaves_by_name[key] = leaves[0]
+    return leaves_by_name
+
+
+def _named_outputs(output: Any, name: str) -> dict[str, np.ndarray]:
+    """The outputs as host arrays (the probe's view of them)."""
+    return {key: to_numpy(value) for key, value in _named_leaves(output, name).items()}
 
 
 def _to_device(value: Any, device: torch.device, vf: Vectorized) -> Any:
@@ -241,25 +296,33 @@ def _shard_seed(seed: int, index: int) -> int:
 
 def _size(vf: Vectorized, columns: Params, batch_size: int | str, device: torch.device, seed: int) -> Sizing:
     """Run the first few samples for real (this settles vmap or loop and the outputs' sizes),
-    then size the call: an int as given, or "auto" from memory."""
+    then size the call: an int as given, or "auto" from the peaks of two more real calls."""
     arrays = _probe(vf, columns, device, seed)
     output_bytes = sum(a.nbytes for a in arrays.values()) // min(_PROBE_SAMPLES, columns.length)
     if batch_size != "auto":
         size = min(batch_size, columns.length)
         return Sizing(size, shard_size_for(size, output_bytes, columns.length), f"{size} samples per call, as asked")
-    traced = None
-    if vf.mode == VMAP:
-        twin = vf.without_fallback()
+    looped = vf.mode != VMAP
+    peaks = None if looped else _measured_peaks(vf, columns, device, seed)
+    return choose_batch_size(peaks, output_bytes, columns.length, device, free_bytes(device), looped=looped)
 
-        def traced(inputs: dict) -> Any:
-            return twin(**inputs, seed=seed, start=0)
 
-    def repeated(count: int) -> dict[str, Any]:
-        # The first rows, repeated when there are fewer: only shapes matter under fake tensors.
-        picks = np.arange(count) % min(count, columns.length)
-        return {k: torch.as_tensor(to_numpy(v)[picks]).to(device) for k, v in columns.rows(0, count).items()}
-
-    return choose_batch_size(traced, repeated, output_bytes, columns.length, device)
+def _measured_peaks(vf: Vectorized, columns: Params, device: torch.device, seed: int) -> dict[int, int] | None:
+    """Peak bytes of real calls of MEASURE_SIZES samples (the first rows, repeated when there are
+    fewer), outside any shard's seeded generator; None if the function fails on them."""
+    twin = vf.without_fallback()
+    rows = columns.rows(0, min(max(MEASURE_SIZES), columns.length))
+    host = {name: to_numpy(value) for name, value in rows.items()}
+    peaks = {}
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            for count in MEASURE_SIZES:
+                picks = np.arange(count) % len(next(iter(host.values())))
+                inputs = {name: torch.as_tensor(value[picks]).to(device) for name, value in host.items()}
+                peaks[count] = peak_bytes(lambda inputs=inputs: twin(**inputs, seed=seed, start=0), device)
+    except Exception:  # noqa: BLE001 - it ran on the first rows; the outputs alone then size the call
+        return None
+    return peaks
 
 
 def _probe(vf: Vectorized, columns: Params, device: torch.device, seed: int) -> dict[str, np.ndarray]:

@@ -105,7 +105,7 @@ class Vectorized:
 
     def without_fallback(self) -> Vectorized:
         """A twin that batches the way this one settled and raises where this one would fall
-        back: the memory trace runs it under fake tensors, where a fallback would hide a failure."""
+        back: sizing measures its memory, which a silent fallback to the loop would falsify."""
         twin = Vectorized(self.fn)
         twin.mode, twin._randomness = VMAP, self._randomness
         return twin

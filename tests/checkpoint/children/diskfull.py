@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from trainmedic.checkpoint import CheckpointError, Checkpointer
+from trainmedic.checkpoint import Checkpointer, CheckpointError
 
 
 def limit(nbytes: int | None) -> None:
