@@ -12,16 +12,10 @@ import importlib
 import warnings
 from typing import Any
 
+import trainmedic.checkpoint as _checkpoint
+
 #: The names ``trainmedic.guard`` exported, all from ``trainmedic.checkpoint`` now.
-_CHECKPOINT_NAMES = (
-    "CheckpointError",
-    "CheckpointInfo",
-    "CheckpointMismatchError",
-    "Checkpointer",
-    "Preempted",
-    "RestoreInfo",
-    "SaveInfo",
-)
+_CHECKPOINT_NAMES = tuple(_checkpoint.__all__)
 
 __all__ = sorted(_CHECKPOINT_NAMES)
 
@@ -34,7 +28,7 @@ def __getattr__(name: str) -> Any:
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(importlib.import_module("trainmedic.checkpoint"), name)
+        return getattr(_checkpoint, name)
     if name in ("lint", "preflight"):
         return importlib.import_module(f"trainmedic.guard.{name}")
     raise AttributeError(f"module 'trainmedic.guard' has no attribute {name!r}")
