@@ -18,6 +18,14 @@ Sections (``--only`` / ``--skip`` pick them; all by default):
             output, and into a preallocated ``out=``) is reported as context.
 ``gather_busy``  the same while a child process spins on one core (a shared machine, a second
             job): torch's intra-op threads then wait on a descheduled thread, NumPy's one does not.
+``ring``    the CUDA path's host half (``HostToDevice`` ring and gather threads, ``transfer.py``)
+            with the copy stage replaced by nothing (``NoCopy``): 16 KiB rows, 4 MiB batches as in
+            data_gpu.py's h2d section, into plain buffers (pinning needs CUDA). Arms: one-thread
+            ``np.take`` into two buffers in turn (the old path's gather) and into one, the ring
+            inline, with the thread count its sizing picks here, and with two threads; then the
+            old path and the ring each followed by a 1 ms sleep standing for a device step. Goals:
+            the ring's pick >= 90 % of the old gather, and faster than it with the step.
+``ring_busy``  the same with one core kept busy by another process.
 ``sql``     a per-batch query loop (seed 003: ``SELECT x, y FROM samples WHERE id IN (...)`` of
             256 random ids per batch, on one open sqlite3 connection) vs
             ``data.load("sqlite:///...", query=...)``: steady samples/s (goal >= 10x, seed 003's
@@ -61,10 +69,12 @@ from typing import Any
 
 import _env
 
-SECTIONS = ("h5py", "tensor", "gather", "gather_busy", "sql", "disk", "stream")
+SECTIONS = ("h5py", "tensor", "gather", "gather_busy", "ring", "ring_busy", "sql", "disk", "stream")
 BATCH = 256
 FEATURES = 64  # small rows: 64 float32 + one int64 label = 264 B a sample
 GATHER_FEATURES = 1024  # 4 KiB rows for the bandwidth section
+RING_FEATURES = 4096  # 16 KiB rows, 4 MiB batches: data_gpu.py's h2d shape
+RING_STEP_S = 0.001  # a device step the host waits on (GIL released), to show what gathering ahead hides
 CHUNK_ROWS = 1024  # HDF5 chunk length of the stream section's file
 
 
@@ -413,6 +423,119 @@ def section_gather_busy(ctx: Context) -> dict[str, Any]:
     return section_gather(ctx, busy_neighbour=True)
 
 
+class NoCopy:
+    """HostToDevice's copier with no device: staging in plain memory, a copy that hands the slot
+    itself back (the arms below never keep a batch), so only the host pipeline is timed."""
+
+    def staging(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        import torch
+
+        from trainmedic.data.transfer import torch_dtype
+
+        return torch.empty(shape, dtype=torch_dtype(dtype))
+
+    def copy(self, staged: list[Any]) -> tuple[tuple[Any, ...], None]:
+        return tuple(staged), None
+
+    def wait(self, event: Any) -> None:
+        pass
+
+
+def section_ring(ctx: Context, busy_neighbour: bool = False) -> dict[str, Any]:
+    import numpy as np
+
+    from trainmedic.data.gather_ahead import gather_threads, usable_cores
+    from trainmedic.data.order import epoch_order
+    from trainmedic.data.sources.base import FieldSpec
+    from trainmedic.data.transfer import HostToDevice
+
+    n = ctx.size.gather_rows * GATHER_FEATURES // RING_FEATURES  # the gather section's bytes
+    x = np.random.default_rng(5).standard_normal((n, RING_FEATURES), dtype=np.float32)
+    sb = x[0].nbytes
+    orders = [epoch_order(n, shuffle=True, seed=0, epoch=e) for e in range(4)]
+
+    def index_batches() -> Iterator[np.ndarray]:
+        while True:
+            for order in orders:
+                for start in range(0, n - BATCH + 1, BATCH):
+                    yield order[start : start + BATCH]
+
+    outs = [np.empty((BATCH, RING_FEATURES), np.float32) for _ in range(8)]
+    bare_indices = index_batches()
+
+    def bare(buffers: int, step_s: float = 0.0) -> Callable[[int], tuple[int, int]]:
+        def run(k: int) -> tuple[int, int]:
+            for i in range(k):
+                np.take(x, next(bare_indices), axis=0, out=outs[i % buffers], mode="clip")
+                if step_s:
+                    time.sleep(step_s)
+            return k * BATCH, k * BATCH * sb
+
+        return run
+
+    streams: list[Any] = []  # closed at the end: their gather threads stop
+
+    def ring(threads: int | None, step_s: float = 0.0) -> Callable[[int], tuple[int, int]]:
+        mover = HostToDevice([FieldSpec("x", x.dtype, x.shape[1:])], torch_cpu(), BATCH, copier=NoCopy(), threads=threads)
+        streams.append(mover.batches({"x": x}, index_batches()))
+        stream = streams[-1]
+
+        def run(k: int) -> tuple[int, int]:
+            for _ in range(k):
+                next(stream)
+                if step_s:
+                    time.sleep(step_s)
+            return k * BATCH, k * BATCH * sb
+
+        return run
+
+    picked = gather_threads(BATCH * sb, usable_cores())
+    slots = HostToDevice([FieldSpec("x", x.dtype, x.shape[1:])], torch_cpu(), BATCH, copier=NoCopy()).slots
+    step = f"+ {RING_STEP_S * 1e3:g} ms step"
+    mine_step = Arm(f"ring, its pick {step}", ring(None, RING_STEP_S),
+                    describe=f"the ring's batches, then time.sleep({RING_STEP_S}) as a device step the host waits on")
+    old_step = Arm(f"old path {step}", bare(2, RING_STEP_S), describe="the old gather, then the same sleep")
+    old = Arm("np.take, 2 buffers in turn", bare(2), describe="np.take(x, idx, axis=0, out=buf[i % 2], mode='clip'): "
+              "the old path's gather")
+    hot = Arm("np.take, one buffer", bare(1), describe="the same into one (cache-hot) buffer: data_gpu.py's gather arm")
+    same = Arm(f"np.take, {slots} buffers in turn", bare(slots), describe="the same into as many buffers as the ring "
+               "has slots: the ring's gather without its machinery")
+    inline = Arm("ring, inline (0 threads)", ring(0), describe="HostToDevice(copier=NoCopy(), threads=0).batches()")
+    mine = Arm(f"ring, its pick ({picked} threads)", ring(None), describe="HostToDevice(copier=NoCopy()).batches()")
+    two = Arm("ring, 2 threads", ring(2), describe="HostToDevice(copier=NoCopy(), threads=2).batches()")
+    arms = [mine_step, old_step, mine, same, old, hot, inline, two]
+    tag = ", one core busy" if busy_neighbour else ""
+    neighbour = start_neighbour() if busy_neighbour else None
+    try:
+        interleave(arms, ctx.size.rounds, ctx.size.block_s)
+    finally:
+        stop_neighbour(neighbour)
+    comparisons = [
+        compare(f"ring gather ({picked} threads) vs np.take into {slots} buffers{tag}", mine, same, what="bytes",
+                threshold=0.90, source="expectation", goal=">= 90 %: the machinery costs little", percent=True),
+        compare(f"ring {step} vs old path {step}{tag}", mine_step, old_step, what="bytes", threshold=1.0,
+                source="expectation", goal="> 1x: the gather hides under the step"),
+    ]
+    context = [compare(f"context: {a.name} vs the old gather{tag}", a, old, what="bytes", threshold=0.0,
+                       source="context", goal="-", percent=True) for a in (mine, same, hot, inline, two)]
+    for c in context:
+        c["pass"] = None
+    return {"rows": n, "sample_bytes": sb, "batch_bytes": BATCH * sb, "data_bytes": x.nbytes, "arms": arms,
+            "what": "bytes", "comparisons": comparisons, "context": context, "usable_cores": usable_cores(),
+            "threads_picked": picked, "step_s": RING_STEP_S, "cleanup": [s.close for s in streams],
+            "busy_neighbour": "one child process spinning a pure-Python loop for the whole section" if busy_neighbour else None}
+
+
+def torch_cpu() -> Any:
+    import torch
+
+    return torch.device("cpu")
+
+
+def section_ring_busy(ctx: Context) -> dict[str, Any]:
+    return section_ring(ctx, busy_neighbour=True)
+
+
 def start_neighbour() -> Any:
     import subprocess
 
@@ -645,6 +768,8 @@ RUNNERS = {
     "tensor": section_tensor,
     "gather": section_gather,
     "gather_busy": section_gather_busy,
+    "ring": section_ring,
+    "ring_busy": section_ring_busy,
     "sql": section_sql,
     "disk": section_disk,
     "stream": section_stream,

@@ -37,13 +37,15 @@ class HostTier(Tier):
 
         self.arrays = arrays
         self.mover = HostToDevice(specs, device, batch_size)
-        if self.mover.cuda:
-            self.facts.append("batches gathered into pinned buffers, copied non_blocking on a side stream")
+        if self.mover.copier is not None:
+            self.facts.append(self.mover.describe())
 
     def epoch(self, order: np.ndarray, slices: Iterable[tuple[int, int]]) -> Iterator[tuple[Any, ...]]:
-        for start, stop in slices:
-            yield self.mover.batch(self.arrays, order[start:stop])
+        # On CUDA the mover pulls these index batches ahead of the consumer (background gathers).
+        yield from self.mover.batches(self.arrays, (order[start:stop] for start, stop in slices))
 
     def close(self) -> None:
         self.arrays = {}
+        if hasattr(self, "mover"):  # serve() ran
+            self.mover.close()
 

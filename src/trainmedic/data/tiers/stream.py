@@ -95,7 +95,7 @@ class StreamTier(Tier):
                         continue
                 if done.is_set():
                     return
-        except BaseException as exc:  # handed to the consumer, raised where the user iterates
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised where the user iterates
             while not done.is_set():
                 try:
                     ready.put(exc, timeout=0.1)
@@ -104,6 +104,7 @@ class StreamTier(Tier):
                     continue
 
     def close(self) -> None:
+        self.mover.close()
         self.source.close()
 
 
