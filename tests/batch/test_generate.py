@@ -34,6 +34,16 @@ def files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> dict[str, bytes]:
+    """The files of the default job run once, never stopped: what each stopped default job must
+    end as once run again (one run for the module, not one per test)."""
+    out = tmp_path_factory.mktemp("whole") / "whole"
+    done = run_job(out)
+    assert done.returncode == 0, done.stderr
+    return files(out)
+
+
 def assert_killed_and_resumed_is_whole(tmp_path: Path, **job) -> None:
     """A run never stopped, and one SIGKILLed mid-way (sample 130 of 300) then run again, end
     with the same bytes in every file."""
@@ -58,18 +68,17 @@ def test_shards_hold_the_batched_outputs_and_the_params_and_data_load_reads_them
         assert torch.equal(iq[i], one["iq"]) and torch.equal(delay[i], one["delay"])
 
 
-def test_a_job_killed_with_sigkill_and_run_again_is_byte_identical_to_an_uninterrupted_one(tmp_path):
-    assert run_job(tmp_path / "whole").returncode == 0
+def test_a_job_killed_with_sigkill_and_run_again_is_byte_identical_to_an_uninterrupted_one(tmp_path, whole):
     killed = run_job(tmp_path / "resumed", stop_after=130, signame="SIGKILL")
     assert killed.returncode == -signal.SIGKILL
     manifest = (tmp_path / "resumed" / MANIFEST).read_text()
     assert '"complete": false' in manifest and '"index": 0' in manifest  # killed mid-way, with shards done
     assert run_job(tmp_path / "resumed").returncode == 0
-    assert files(tmp_path / "resumed") == files(tmp_path / "whole")
+    assert files(tmp_path / "resumed") == whole
 
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-def test_a_stop_signal_finishes_the_shard_saves_it_and_exits_cleanly(tmp_path, signame):
+def test_a_stop_signal_finishes_the_shard_saves_it_and_exits_cleanly(tmp_path, signame, whole):
     stopped = run_job(tmp_path / "job", stop_after=30, signame=signame)
     assert stopped.returncode == 128 + getattr(signal, signame), stopped.stderr
     assert "Traceback" not in stopped.stderr and "finished" not in stopped.stdout
@@ -79,8 +88,7 @@ def test_a_stop_signal_finishes_the_shard_saves_it_and_exits_cleanly(tmp_path, s
     with pytest.raises(Exception, match="unfinished trainmedic.batch job"):
         data.load(tmp_path / "job", progress=False)
     assert run_job(tmp_path / "job").returncode == 0
-    assert run_job(tmp_path / "whole").returncode == 0
-    assert files(tmp_path / "job") == files(tmp_path / "whole")
+    assert files(tmp_path / "job") == whole
 
 
 @pytest.mark.parametrize("generator", ["global", "global_loop"])
@@ -163,7 +171,7 @@ def test_auto_batch_size_keeps_a_cpu_call_in_its_working_set(tmp_path):
     assert result.shard_size % result.batch_size == 0 or result.shard_size == 200
 
 
-def test_a_full_disk_is_named_and_the_shards_before_it_stay_intact(tmp_path):
+def test_a_full_disk_is_named_and_the_shards_before_it_stay_intact(tmp_path, whole):
     assert run_job(tmp_path / "job", stop_after=30, signame="SIGTERM").returncode == 128 + signal.SIGTERM
     before = files(tmp_path / "job")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(SRC)])}
@@ -175,8 +183,7 @@ def test_a_full_disk_is_named_and_the_shards_before_it_stay_intact(tmp_path):
     assert "writing shard 1 (samples 40..79)" in done.stdout and "the 1 shards written before it are intact" in done.stdout
     assert files(tmp_path / "job") == before  # nothing half-written left behind, the manifest as it was
     assert run_job(tmp_path / "job").returncode == 0
-    assert run_job(tmp_path / "whole").returncode == 0
-    assert files(tmp_path / "job") == files(tmp_path / "whole")
+    assert files(tmp_path / "job") == whole
 
 
 def test_an_unwritable_folder_is_named(tmp_path):

@@ -14,14 +14,21 @@ import pytest
 
 BUILDS = Path(__file__).resolve().parents[1] / "tune" / "tune_builds.py"
 
+#: Batches 1 and 2 are measured; a real step at batch 4 says so in a file and then waits for the
+#: test's Ctrl+C (no trial count long enough to be still measuring when the signal comes).
 INTERRUPTIBLE = '''
-import pathlib, torch
+import pathlib, threading, torch
 from torch._subclasses.fake_tensor import FakeTensor
 
+class Net(torch.nn.Linear):
+    def forward(self, x):
+        if x.shape[0] >= 4 and not isinstance(torch.empty(1), FakeTensor):
+            pathlib.Path(__file__).with_name("measuring").touch()  # a real step: the measurement is on
+            threading.Event().wait()  # until Ctrl+C
+        return super().forward(x)
+
 def build(batch_size):
-    if batch_size >= 4 and not isinstance(torch.empty(1), FakeTensor):
-        pathlib.Path(__file__).with_name("measuring").touch()  # a real build: the measurement is on
-    return dict(model=torch.nn.Linear(16, 16), inputs=torch.randn(batch_size, 16))
+    return dict(model=Net(16, 16), inputs=torch.randn(batch_size, 16))
 '''
 
 
@@ -84,7 +91,7 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130(tmp_path):
     (tmp_path / "model.py").write_text(INTERRUPTIBLE)
     child = subprocess.Popen(
         [sys.executable, "-m", "trainmedic", "tune", "model.py:build", "--device", "cpu", "--batch", "1,2,4,8,16",
-         "--precision", "fp32", "--compile", "off", "--trials", "50"],
+         "--precision", "fp32", "--compile", "off", "--trials", "3"],
         cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     marker = tmp_path / "measuring"
