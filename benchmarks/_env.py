@@ -91,7 +91,9 @@ def load_average() -> list[float] | None:
 def git() -> dict[str, Any]:
     def out(*args: str) -> str | None:
         try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+            return subprocess.run(
+                ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
         except Exception:  # noqa: BLE001 - not a checkout, or no git
             return None
 
@@ -139,10 +141,17 @@ def gpu() -> dict[str, Any] | None:
         "cuda": torch.version.cuda,
     }
     try:
-        info["driver"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout.splitlines()[0].strip()
+        info["driver"] = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
+            )
+            .stdout.splitlines()[0]
+            .strip()
+        )
     except Exception:  # noqa: BLE001, S110 - nvidia-smi is optional
         pass
     return info

@@ -97,9 +97,13 @@ def time_generate(fn, params: dict, device: str) -> tuple[float, dict]:
         result = batch.generate(fn, params, out=folder / "job", device=device, progress=False)
         seconds = time.perf_counter() - started
         return result.samples / seconds, {
-            "batch_size": result.batch_size, "shard_size": result.shard_size, "sizing": result.sizing,
+            "batch_size": result.batch_size,
+            "shard_size": result.shard_size,
+            "sizing": result.sizing,
             # getattr: the same script times the code before the pipeline (no stages there)
-            "seconds": seconds, "stages_seconds": getattr(result, "stages", {}), "bottleneck": getattr(result, "bottleneck", None),
+            "seconds": seconds,
+            "stages_seconds": getattr(result, "stages", {}),
+            "bottleneck": getattr(result, "bottleneck", None),
         }
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -118,7 +122,15 @@ def cold(length: int, samples: int, device: str) -> int:
     fn = functools.partial(workload.iq_sample, length=length)
     rate, layout = time_generate(fn, params, device)
     heavy = ("torch._dynamo", "torch.fx.experimental.symbolic_shapes", "sympy", "torch.distributed.fsdp")
-    print(json.dumps({"samples_per_s": rate, **layout, "heavy_modules_loaded": sorted(m for m in sys.modules if m in heavy)}))
+    print(
+        json.dumps(
+            {
+                "samples_per_s": rate,
+                **layout,
+                "heavy_modules_loaded": sorted(m for m in sys.modules if m in heavy),
+            }
+        )
+    )
     return 0
 
 
@@ -136,12 +148,23 @@ def agreement(fn, cols: dict) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10_000)
-    parser.add_argument("--loop-samples", type=int, default=2_000, help="samples the per-sample loops time (they scale linearly)")
-    parser.add_argument("--lengths", default="128,64,256,1024", help="IQ samples a receiver; the first is the goal's")
+    parser.add_argument(
+        "--loop-samples",
+        type=int,
+        default=2_000,
+        help="samples the per-sample loops time (they scale linearly)",
+    )
+    parser.add_argument(
+        "--lengths", default="128,64,256,1024", help="IQ samples a receiver; the first is the goal's"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every arm runs (cuda when available)")
-    parser.add_argument("--cold", type=int, metavar="LENGTH", help=argparse.SUPPRESS)  # the child of generate_cold
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="where every arm runs (cuda when available)"
+    )
+    parser.add_argument(
+        "--cold", type=int, metavar="LENGTH", help=argparse.SUPPRESS
+    )  # the child of generate_cold
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.cold is not None:
@@ -174,7 +197,10 @@ def main() -> int:
             for name in names:
                 rates[name].append(arms[name]())
         _, layout = time_generate(fn, params, args.device)
-        sweep = {size: time_vectorized(fn, cols, min(args.samples, 4096), size) for size in (16, 64, 256, 1024, 4096)}
+        sweep = {
+            size: time_vectorized(fn, cols, min(args.samples, 4096), size)
+            for size in (16, 64, 256, 1024, 4096)
+        }
         median = {name: statistics.median(v) for name, v in rates.items()}
         median["generate_cold"] = cold_rate
         rows.append(
@@ -212,22 +238,35 @@ def main() -> int:
     for row in rows:
         sweep = ", ".join(f"{k}: {v:.0f}" for k, v in row["call_size_sweep_samples_per_s"].items())
         stages = ", ".join(f"{k} {v:.2f} s" for k, v in row["generate_layout"]["stages_seconds"].items())
-        print(f"  length {row['iq_length']}: samples/s by call size {{{sweep}}}; auto {row['auto_call_size']}; "
-              f"batched vs per-sample max rel. diff {row['max_relative_difference_batched_vs_per_sample']:.1e}")
-        print(f"  length {row['iq_length']}: generate's stages {{{stages}}}, bottleneck {row['generate_layout']['bottleneck']}; "
-              f"cold run loaded {row['generate_cold']['heavy_modules_loaded'] or 'no heavy modules'}")
+        print(
+            f"  length {row['iq_length']}: samples/s by call size {{{sweep}}}; auto {row['auto_call_size']}; "
+            f"batched vs per-sample max rel. diff {row['max_relative_difference_batched_vs_per_sample']:.1e}"
+        )
+        print(
+            f"  length {row['iq_length']}: generate's stages {{{stages}}}, bottleneck {row['generate_layout']['bottleneck']}; "
+            f"cold run loaded {row['generate_cold']['heavy_modules_loaded'] or 'no heavy modules'}"
+        )
     headline = rows[0]
     met = headline["speedup_vectorize_vs_loop"] >= GOAL_SPEEDUP
-    print(f"goal: vectorize >= {GOAL_SPEEDUP:.0f}x the per-sample loop at {headline['iq_length']} IQ samples: "
-          f"{headline['speedup_vectorize_vs_loop']:.1f}x -> {'met' if met else 'NOT met'}")
+    print(
+        f"goal: vectorize >= {GOAL_SPEEDUP:.0f}x the per-sample loop at {headline['iq_length']} IQ samples: "
+        f"{headline['speedup_vectorize_vs_loop']:.1f}x -> {'met' if met else 'NOT met'}"
+    )
     share = min(min(r["ratio_generate_vs_vectorize"], r["ratio_generate_cold_vs_vectorize"]) for r in rows)
     share_met = share >= GOAL_GENERATE_SHARE
-    print(f"goal: generate >= {GOAL_GENERATE_SHARE:.0%} of vectorize's rate, cold and warm, at every length: "
-          f"lowest {share:.0%} -> {'met' if share_met else 'NOT met'}")
+    print(
+        f"goal: generate >= {GOAL_GENERATE_SHARE:.0%} of vectorize's rate, cold and warm, at every length: "
+        f"lowest {share:.0%} -> {'met' if share_met else 'NOT met'}"
+    )
     result = {
-        "benchmark": "batch_generate", "environment": _env.environment(), "device": args.device,
-        "goal_speedup": GOAL_SPEEDUP, "goal_met": met,
-        "goal_generate_share_of_vectorize": GOAL_GENERATE_SHARE, "goal_generate_share_met": share_met, "rows": rows,
+        "benchmark": "batch_generate",
+        "environment": _env.environment(),
+        "device": args.device,
+        "goal_speedup": GOAL_SPEEDUP,
+        "goal_met": met,
+        "goal_generate_share_of_vectorize": GOAL_GENERATE_SHARE,
+        "goal_generate_share_met": share_met,
+        "rows": rows,
     }
     out = Path(args.out) if args.out else (None if args.quick else _env.results_path("batch_generate"))
     if out is not None:

@@ -44,8 +44,14 @@ def make_source(path: Path, rows: int) -> None:
 
     rng = np.random.default_rng(0)
     with h5py.File(path, "w") as f:
-        x = f.create_dataset("x", (rows, FEATURES), dtype="float32", chunks=(CHUNK_ROWS, FEATURES), compression="gzip",
-                             compression_opts=1)
+        x = f.create_dataset(
+            "x",
+            (rows, FEATURES),
+            dtype="float32",
+            chunks=(CHUNK_ROWS, FEATURES),
+            compression="gzip",
+            compression_opts=1,
+        )
         for start in range(0, rows, 8192):
             stop = min(rows, start + 8192)
             x[start:stop] = rng.standard_normal((stop - start, FEATURES), dtype=np.float32)
@@ -61,8 +67,20 @@ def run_arm(arm: str, source: Path, work: Path) -> dict[str, Any]:
     caches = [work / "cache"] * WORLD if arm == "lock" else [work / f"cache-rank{r}" for r in range(WORLD)]
     _env.evict_pages(source)
     os.sync()  # the previous arm's writeback must not land in this one's time
-    ranks = run_ranks(lambda rank: [sys.executable, str(HERE), "--worker", str(source), str(caches[rank]), str(gate),
-                                    str(rank)], gate, WORLD, f"arm {arm}")
+    ranks = run_ranks(
+        lambda rank: [
+            sys.executable,
+            str(HERE),
+            "--worker",
+            str(source),
+            str(caches[rank]),
+            str(gate),
+            str(rank),
+        ],
+        gate,
+        WORLD,
+        f"arm {arm}",
+    )
     folders = sorted(set(caches))
     return {
         "arm": arm,
@@ -85,7 +103,9 @@ def worker(source: str, cache: str, gate: str, rank: int) -> None:
     from trainmedic.data.tiers import disk  # noqa: F401
 
     go = wait_for_go(Path(gate), rank)
-    loader = data.load(source, fields=["x", "y"], batch_size=BATCH, seed=0, tier="disk", cache_dir=cache, progress=False)
+    loader = data.load(
+        source, fields=["x", "y"], batch_size=BATCH, seed=0, tier="disk", cache_dir=cache, progress=False
+    )
     next(iter(loader))
     first = time.time() - go
     io = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
@@ -107,11 +127,19 @@ def gib(n: float) -> str:
 def parse_options(description: str, name: str, worker: tuple[str, ...]) -> argparse.Namespace:
     """The command line of the 2-rank HDF5 benchmarks; ``rows`` and ``rounds`` filled in."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true", help="~40 MB, 1 round: a smoke check; writes nothing unless --out")
-    parser.add_argument("--rows", type=int, help="rows of the HDF5 file (default 80,000: ~330 MB decoded; --quick 10,000)")
+    parser.add_argument(
+        "--quick", action="store_true", help="~40 MB, 1 round: a smoke check; writes nothing unless --out"
+    )
+    parser.add_argument(
+        "--rows", type=int, help="rows of the HDF5 file (default 80,000: ~330 MB decoded; --quick 10,000)"
+    )
     parser.add_argument("--rounds", type=int, help="rounds, arms alternating (default 3; --quick 1)")
-    parser.add_argument("--workdir", type=Path, help="where the files go (default: a temporary folder, removed)")
-    parser.add_argument("--out", type=Path, help=f"result file (default benchmarks/results/{name}-cpu-<date>.json)")
+    parser.add_argument(
+        "--workdir", type=Path, help="where the files go (default: a temporary folder, removed)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help=f"result file (default benchmarks/results/{name}-cpu-<date>.json)"
+    )
     parser.add_argument("--worker", nargs=len(worker), metavar=worker, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.rows = args.rows or (10_000 if args.quick else 80_000)
@@ -134,8 +162,16 @@ def main() -> int:
         "benchmark": "cache_build_ranks",
         **_env.environment(),
         "device": "cpu",
-        "settings": {"quick": args.quick, "rows": rows, "features": FEATURES, "chunk_rows": CHUNK_ROWS, "compression": "gzip 1",
-                     "batch_size": BATCH, "world_size": WORLD, "rounds": rounds},
+        "settings": {
+            "quick": args.quick,
+            "rows": rows,
+            "features": FEATURES,
+            "chunk_rows": CHUNK_ROWS,
+            "compression": "gzip 1",
+            "batch_size": BATCH,
+            "world_size": WORLD,
+            "rounds": rounds,
+        },
     }
     result["versions"]["h5py"] = _env.version("h5py")
     try:
@@ -150,7 +186,10 @@ def main() -> int:
                 run = run_arm(arm, source, folder)
                 run["round"] = round_
                 runs.append(run)
-                print(f"  round {round_} {arm:9s} first batch {run['first_batch_s']:.2f} s, builds {run['builds']}", flush=True)
+                print(
+                    f"  round {round_} {arm:9s} first batch {run['first_batch_s']:.2f} s, builds {run['builds']}",
+                    flush=True,
+                )
                 shutil.rmtree(folder, ignore_errors=True)
     finally:
         if args.workdir is None:
@@ -158,22 +197,41 @@ def main() -> int:
     summary = {}
     for arm in ARMS:
         mine = [r for r in runs if r["arm"] == arm]
-        summary[arm] = {key: statistics.median(r[key] for r in mine)
-                        for key in ("first_batch_s", "builds", "wchar_bytes", "write_bytes", "disk_used_bytes", "cache_folders")}
+        summary[arm] = {
+            key: statistics.median(r[key] for r in mine)
+            for key in (
+                "first_batch_s",
+                "builds",
+                "wchar_bytes",
+                "write_bytes",
+                "disk_used_bytes",
+                "cache_folders",
+            )
+        }
     summary["speedup_first_batch"] = summary["per_rank"]["first_batch_s"] / summary["lock"]["first_batch_s"]
-    result.update(runs=runs, summary=summary, load_average_after=_env.load_average(),
-                  benchmark_seconds=time.perf_counter() - started)
+    result.update(
+        runs=runs,
+        summary=summary,
+        load_average_after=_env.load_average(),
+        benchmark_seconds=time.perf_counter() - started,
+    )
 
-    print(f"\n2 ranks, {gib(result['source_bytes'])} HDF5 (gzip 1), {rows} rows decoded to {gib(rows * (FEATURES * 4 + 8))}; "
-          f"medians of {rounds} round(s)")
+    print(
+        f"\n2 ranks, {gib(result['source_bytes'])} HDF5 (gzip 1), {rows} rows decoded to {gib(rows * (FEATURES * 4 + 8))}; "
+        f"medians of {rounds} round(s)"
+    )
     header = ("first batch (both ranks)", "builds", "written (wchar)", "to disk", "disk used")
     print(f"{'arm':10s} {header[0]:>25s} {header[1]:>7s} {header[2]:>16s} {header[3]:>10s} {header[4]:>10s}")
     for arm in ARMS:
         s = summary[arm]
-        print(f"{arm:10s} {s['first_batch_s']:>23.2f} s {s['builds']:>7.0f} {gib(s['wchar_bytes']):>16s} "
-              f"{gib(s['write_bytes']):>10s} {gib(s['disk_used_bytes']):>10s}")
-    print(f"per-rank builds take {summary['speedup_first_batch']:.2f}x as long to the first batch on both ranks; "
-          f"{result['benchmark_seconds']:.0f} s, load average after {result['load_average_after']}")
+        print(
+            f"{arm:10s} {s['first_batch_s']:>23.2f} s {s['builds']:>7.0f} {gib(s['wchar_bytes']):>16s} "
+            f"{gib(s['write_bytes']):>10s} {gib(s['disk_used_bytes']):>10s}"
+        )
+    print(
+        f"per-rank builds take {summary['speedup_first_batch']:.2f}x as long to the first batch on both ranks; "
+        f"{result['benchmark_seconds']:.0f} s, load average after {result['load_average_after']}"
+    )
     if args.out or not args.quick:
         _env.write_result(result, args.out or _env.results_path("cache_build_ranks", "cpu"))
     return 0

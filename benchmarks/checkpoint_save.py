@@ -169,7 +169,11 @@ def child_save(arm: str, directory: Path, layers: int) -> dict[str, Any]:
     import torch
 
     model, optimizer = _build(layers, step=True)
-    result: dict[str, Any] = {"arm": arm, "state_bytes": _state_bytes(model, optimizer), "threads": torch.get_num_threads()}
+    result: dict[str, Any] = {
+        "arm": arm,
+        "state_bytes": _state_bytes(model, optimizer),
+        "threads": torch.get_num_threads(),
+    }
     target = directory / "state.pt"
     fsync_seconds = [0.0]
     if arm == "checkpointer":
@@ -230,7 +234,9 @@ def child_restore(arm: str, checkpoint: Path, layers: int) -> dict[str, Any]:
         if arm == "checkpointer":
             from trainmedic.checkpoint import Checkpointer
 
-            step = Checkpointer(checkpoint.parent, every=None, signals=()).restore(model=model, optimizer=optimizer)
+            step = Checkpointer(checkpoint.parent, every=None, signals=()).restore(
+                model=model, optimizer=optimizer
+            )
             assert step == 1, step
         else:
             mmap = arm == "torch_load_mmap"
@@ -245,7 +251,10 @@ def child_restore(arm: str, checkpoint: Path, layers: int) -> dict[str, Any]:
     # Does the restored state still live in the checkpoint's file pages (MAP_PRIVATE)?
     result["mapped_checkpoint_bytes_after"] = _mapped_under(str(checkpoint.parent))
     result["optimizer_state_bytes"] = sum(
-        t.nelement() * t.element_size() for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)
+        t.nelement() * t.element_size()
+        for s in optimizer.state.values()
+        for t in s.values()
+        if torch.is_tensor(t)
     )
     before_step = _status()
     result["first_step_seconds"] = _one_step(model, optimizer)
@@ -286,7 +295,7 @@ def child_skip(directory: Path, calls: int, block: int) -> dict[str, Any]:
     written = 0
     step = 1
     for i in range(calls // block):
-        for name in (("checkpointer", "noop") if i % 2 == 0 else ("noop", "checkpointer")):
+        for name in ("checkpointer", "noop") if i % 2 == 0 else ("noop", "checkpointer"):
             fn = save if name == "checkpointer" else noop
             started = clock()
             for _ in range(block):
@@ -319,7 +328,10 @@ def child_numpy(arm: str, directory: Path, nbytes: int) -> dict[str, Any]:
     rows = max(1, nbytes // 3 // (WIDTH * 4))
     state = {name: rng.standard_normal((rows, WIDTH), dtype=np.float32) for name in ("weights", "m", "v")}
     state["step"] = 1
-    result: dict[str, Any] = {"arm": arm, "state_bytes": sum(a.nbytes for a in state.values() if hasattr(a, "nbytes"))}
+    result: dict[str, Any] = {
+        "arm": arm,
+        "state_bytes": sum(a.nbytes for a in state.values() if hasattr(a, "nbytes")),
+    }
     target = directory / "state.pkl"
     if arm == "checkpointer":
         from trainmedic.checkpoint import Checkpointer
@@ -341,7 +353,10 @@ def child_numpy(arm: str, directory: Path, nbytes: int) -> dict[str, Any]:
     result.update(peak.result, seconds=seconds, torch_imported="torch" in sys.modules)
     if arm == "checkpointer":
         manifest = json.loads((ckpt.last_save.path / "manifest.json").read_text())
-        result.update(bytes=ckpt.last_save.bytes, serializer=",".join(sorted({f["serializer"] for f in manifest["files"].values()})))
+        result.update(
+            bytes=ckpt.last_save.bytes,
+            serializer=",".join(sorted({f["serializer"] for f in manifest["files"].values()})),
+        )
     else:
         result["bytes"] = target.stat().st_size
     return result
@@ -351,7 +366,13 @@ def child_numpy(arm: str, directory: Path, nbytes: int) -> dict[str, Any]:
 
 
 def run_child(*args: str, timeout: float = 600) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, str(HERE), "--child", *args], capture_output=True, text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        [sys.executable, str(HERE), "--child", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"child {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -364,7 +385,9 @@ def filesystem(path: Path) -> dict[str, Any]:
     with open("/proc/mounts", encoding="utf-8") as f:
         for line in f:
             device, mount, fstype, options, *_ = line.split()
-            if (resolved == mount or resolved.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[1] if best else ""):
+            if (resolved == mount or resolved.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(
+                best[1] if best else ""
+            ):
                 best = (device, mount, fstype, options)
     usage = shutil.disk_usage(path)
     info: dict[str, Any] = {"path": resolved, "total_bytes": usage.total, "free_bytes": usage.free}
@@ -400,7 +423,7 @@ def rounds(arms: tuple[str, ...], repeats: int, run: Any) -> dict[str, list[dict
     """Every arm once per round, the order rotated each round: a drift hits every arm alike."""
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for r in range(repeats):
-        order = arms[r % len(arms):] + arms[: r % len(arms)]
+        order = arms[r % len(arms) :] + arms[: r % len(arms)]
         for arm in order:
             runs[arm].append(run(arm, r))
     return runs
@@ -423,7 +446,11 @@ def summary(runs: dict[str, list[dict[str, Any]]], baseline: str) -> dict[str, d
         }
         if arm != baseline:
             ratios = [a["seconds"] / b["seconds"] for a, b in zip(rs, runs[baseline])]
-            row["paired_ratio_vs_" + baseline] = {"median": median(ratios), "min": min(ratios), "max": max(ratios)}
+            row["paired_ratio_vs_" + baseline] = {
+                "median": median(ratios),
+                "min": min(ratios),
+                "max": max(ratios),
+            }
         out[arm] = row
     return out
 
@@ -435,14 +462,33 @@ def layers_for(nbytes: int) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small states, one round, 20,000 skipped calls; writes nothing unless --out")
-    parser.add_argument("--state-gib", type=float, default=None, help="torch state size (default 1.0; --quick 0.125)")
-    parser.add_argument("--numpy-mib", type=float, default=None, help="NumPy state size (default 256; --quick 32)")
-    parser.add_argument("--repeats", type=int, default=None, help="rounds of the save and restore cases (default 3; --quick 1)")
-    parser.add_argument("--numpy-repeats", type=int, default=None, help="rounds of the NumPy case (default 5; --quick 1)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small states, one round, 20,000 skipped calls; writes nothing unless --out",
+    )
+    parser.add_argument(
+        "--state-gib", type=float, default=None, help="torch state size (default 1.0; --quick 0.125)"
+    )
+    parser.add_argument(
+        "--numpy-mib", type=float, default=None, help="NumPy state size (default 256; --quick 32)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="rounds of the save and restore cases (default 3; --quick 1)",
+    )
+    parser.add_argument(
+        "--numpy-repeats", type=int, default=None, help="rounds of the NumPy case (default 5; --quick 1)"
+    )
     parser.add_argument("--calls", type=int, default=None, help="skipped save() calls (default 100,000)")
-    parser.add_argument("--workdir", type=Path, default=None, help="where checkpoints are written (default: the temp dir)")
-    parser.add_argument("--out", type=Path, default=None, help="result file (default results/checkpoint_save-<date>.json)")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="where checkpoints are written (default: the temp dir)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="result file (default results/checkpoint_save-<date>.json)"
+    )
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -474,16 +520,22 @@ def main() -> int:
     # plus one being written are on disk at once. Shrink the state if either would be tight.
     fits = min(available // 4, fs["free_bytes"] // 4)
     if want > fits:
-        print(f"note: shrinking the state from {want / GIB:.2f} GiB to {fits / GIB:.2f} GiB "
-              f"({available / GIB:.1f} GiB RAM available, {fs['free_bytes'] / GIB:.1f} GiB free on {fs.get('mount')})")
+        print(
+            f"note: shrinking the state from {want / GIB:.2f} GiB to {fits / GIB:.2f} GiB "
+            f"({available / GIB:.1f} GiB RAM available, {fs['free_bytes'] / GIB:.1f} GiB free on {fs.get('mount')})"
+        )
         want = fits
     layers = layers_for(want)
-    print(f"work dir {work} on {fs.get('device')} ({fs.get('fstype')}), {fs['free_bytes'] / GIB:.0f} GiB free; "
-          f"{available / GIB:.1f} GiB RAM available; {layers} x Linear({WIDTH}, {WIDTH}) + AdamW", flush=True)
+    print(
+        f"work dir {work} on {fs.get('device')} ({fs.get('fstype')}), {fs['free_bytes'] / GIB:.0f} GiB free; "
+        f"{available / GIB:.1f} GiB RAM available; {layers} x Linear({WIDTH}, {WIDTH}) + AdamW",
+        flush=True,
+    )
     started = time.perf_counter()
     busy_before, children_before = _env.system_busy_s(), _children_cpu_s()
     keep: Path | None = None
     try:
+
         def save_arm(arm: str, r: int) -> dict[str, Any]:
             nonlocal keep
             d = work / f"save-{arm}-{r}"
@@ -494,7 +546,10 @@ def main() -> int:
             else:
                 shutil.rmtree(d)
             os.sync()  # the next arm starts without this one's dirty pages being written back under it
-            print(f"  save {arm:<17} {result['seconds']:6.2f} s  +{result['added_peak_bytes'] / MIB:7.1f} MiB peak", flush=True)
+            print(
+                f"  save {arm:<17} {result['seconds']:6.2f} s  +{result['added_peak_bytes'] / MIB:7.1f} MiB peak",
+                flush=True,
+            )
             return result
 
         save_runs = rounds(SAVE_ARMS, repeats, save_arm)
@@ -503,7 +558,10 @@ def main() -> int:
         def restore_arm(arm: str, r: int) -> dict[str, Any]:
             _env.evict_pages(keep)
             result = run_child("restore", arm, str(keep), str(layers))
-            print(f"  restore {arm:<14} {result['seconds']:6.2f} s  +{result['added_peak_bytes'] / MIB:7.1f} MiB peak", flush=True)
+            print(
+                f"  restore {arm:<14} {result['seconds']:6.2f} s  +{result['added_peak_bytes'] / MIB:7.1f} MiB peak",
+                flush=True,
+            )
             return result
 
         restore_runs = rounds(RESTORE_ARMS, repeats, restore_arm)
@@ -512,7 +570,10 @@ def main() -> int:
         skip_dir = work / "skip"
         skip_dir.mkdir()
         skip = run_child("skip", str(skip_dir), str(calls), "1000")
-        print(f"  skipped save() {skip['ns_per_call_median']:.0f} ns/call (no-op {skip['noop_ns_per_call_median']:.0f} ns)", flush=True)
+        print(
+            f"  skipped save() {skip['ns_per_call_median']:.0f} ns/call (no-op {skip['noop_ns_per_call_median']:.0f} ns)",
+            flush=True,
+        )
 
         def numpy_arm(arm: str, r: int) -> dict[str, Any]:
             d = work / f"numpy-{arm}-{r}"
@@ -520,7 +581,10 @@ def main() -> int:
             result = run_child("numpy", arm, str(d), str(numpy_bytes))
             shutil.rmtree(d)
             os.sync()
-            print(f"  numpy {arm:<16} {result['seconds']:6.2f} s  +{result['added_peak_bytes'] / MIB:7.1f} MiB peak", flush=True)
+            print(
+                f"  numpy {arm:<16} {result['seconds']:6.2f} s  +{result['added_peak_bytes'] / MIB:7.1f} MiB peak",
+                flush=True,
+            )
             return result
 
         numpy_runs = rounds(NUMPY_ARMS, numpy_repeats, numpy_arm)
@@ -532,7 +596,9 @@ def main() -> int:
     # minus this benchmark's children's, over the wall time (the parent itself mostly waits).
     other_cores = None
     if busy_before is not None and busy_after is not None:
-        other_cores = round(max(0.0, (busy_after - busy_before) - (children_after - children_before)) / wall, 2)
+        other_cores = round(
+            max(0.0, (busy_after - busy_before) - (children_after - children_before)) / wall, 2
+        )
 
     save = summary(save_runs, "torch_save")
     restore = summary(restore_runs, "torch_load")
@@ -548,62 +614,103 @@ def main() -> int:
         "seconds_vs_torch_save": ck["seconds_median"] - save["torch_save"]["seconds_median"],
         "seconds_vs_torch_save_fsync": ck["seconds_median"] - save["torch_save_fsync"]["seconds_median"],
         "checkpointer_fsync_seconds_median": median([r["fsync_seconds"] for r in save_runs["checkpointer"]]),
-        "torch_save_fsync_seconds_median": median([r["fsync_seconds"] for r in save_runs["torch_save_fsync"]]),
-        "torch_crc32_seconds": save["torch_save"]["seconds_median"] - save["torch_save_nocrc32"]["seconds_median"],
+        "torch_save_fsync_seconds_median": median(
+            [r["fsync_seconds"] for r in save_runs["torch_save_fsync"]]
+        ),
+        "torch_crc32_seconds": save["torch_save"]["seconds_median"]
+        - save["torch_save_nocrc32"]["seconds_median"],
     }
     verdicts = {
         "save_added_peak_fraction": ck["added_peak_fraction_of_state"],
         "save_goal_met": ck["added_peak_fraction_of_state"] <= GOAL_ADDED_FRACTION,
         "numpy_save_goal_met": numpy_["checkpointer"]["added_peak_fraction_of_state"] <= GOAL_ADDED_FRACTION
-        and not numpy_runs["checkpointer"][0]["torch_imported"] and numpy_runs["checkpointer"][0]["serializer"] == "pickle",
+        and not numpy_runs["checkpointer"][0]["torch_imported"]
+        and numpy_runs["checkpointer"][0]["serializer"] == "pickle",
         "skip_ns_per_call": skip["ns_per_call_median"],
         "skip_goal_met": skip["ns_per_call_median"] <= GOAL_SKIP_NS
-        and not any(skip["state_dict_calls_during_loop"].values()) and skip["written_during_loop"] == 0,
+        and not any(skip["state_dict_calls_during_loop"].values())
+        and skip["written_during_loop"] == 0,
     }
 
     print()
-    print(f"Checkpointer on {fs.get('device')} ({fs.get('fstype')}); {_env.cpu()['model']}, {os.cpu_count()} cores; "
-          f"{repeats} round(s) ({numpy_repeats} for NumPy), medians; {wall:.0f} s; other processes kept {other_cores} cores busy")
-    print(f"\n1. save, {layers} x Linear({WIDTH}, {WIDTH}) + AdamW after one step: {state_bytes / GIB:.3f} GiB of tensors")
+    print(
+        f"Checkpointer on {fs.get('device')} ({fs.get('fstype')}); {_env.cpu()['model']}, {os.cpu_count()} cores; "
+        f"{repeats} round(s) ({numpy_repeats} for NumPy), medians; {wall:.0f} s; other processes kept {other_cores} cores busy"
+    )
+    print(
+        f"\n1. save, {layers} x Linear({WIDTH}, {WIDTH}) + AdamW after one step: {state_bytes / GIB:.3f} GiB of tensors"
+    )
     header = f"{'arm':<40}{'seconds':>9}{'GB/s':>7}{'vs torch.save':>15}{'added peak RSS':>22}"
     print(header)
-    names = {"checkpointer": "Checkpointer.save(force=True)", "torch_save": "torch.save(state, path)",
-             "torch_save_fsync": "torch.save + fsync", "torch_save_nocrc32": "torch.save, CRC-32 off", "bytesio": "torch.save(BytesIO) + write"}
+    names = {
+        "checkpointer": "Checkpointer.save(force=True)",
+        "torch_save": "torch.save(state, path)",
+        "torch_save_fsync": "torch.save + fsync",
+        "torch_save_nocrc32": "torch.save, CRC-32 off",
+        "bytesio": "torch.save(BytesIO) + write",
+    }
     for arm, row in save.items():
         ratio = row.get("paired_ratio_vs_torch_save", {}).get("median", 1.0)
-        print(f"{names[arm]:<40}{row['seconds_median']:>9.2f}{row['gb_per_s_median']:>7.2f}{ratio:>14.2f}x"
-              f"{row['added_peak_bytes_median'] / MIB:>12.1f} MiB ({row['added_peak_fraction_of_state']:>4.0%})")
-    print(f"Checkpointer overhead: +{overhead['seconds_vs_torch_save']:.2f} s vs torch.save, "
-          f"+{overhead['seconds_vs_torch_save_fsync']:.2f} s vs torch.save + fsync; its fsyncs took {overhead['checkpointer_fsync_seconds_median']:.2f} s; "
-          f"torch.save's own CRC-32 costs {overhead['torch_crc32_seconds']:.2f} s (paid by both)")
-    print(f"\n2. restore into a fresh model + AdamW, checkpoint evicted from the page cache first ({restore['checkpointer']['bytes'] / GIB:.3f} GiB)")
-    print(f"{'arm':<40}{'seconds':>9}{'GB/s':>7}{'vs torch.load':>15}{'added peak RSS':>18}{'(anon)':>10}{'after':>12}{'1st step':>10}")
-    names = {"checkpointer": "Checkpointer.restore (SHA-256 + mmap)", "torch_load": "torch.load + load_state_dict",
-             "torch_load_mmap": "torch.load(mmap=True), no checksums"}
+        print(
+            f"{names[arm]:<40}{row['seconds_median']:>9.2f}{row['gb_per_s_median']:>7.2f}{ratio:>14.2f}x"
+            f"{row['added_peak_bytes_median'] / MIB:>12.1f} MiB ({row['added_peak_fraction_of_state']:>4.0%})"
+        )
+    print(
+        f"Checkpointer overhead: +{overhead['seconds_vs_torch_save']:.2f} s vs torch.save, "
+        f"+{overhead['seconds_vs_torch_save_fsync']:.2f} s vs torch.save + fsync; its fsyncs took {overhead['checkpointer_fsync_seconds_median']:.2f} s; "
+        f"torch.save's own CRC-32 costs {overhead['torch_crc32_seconds']:.2f} s (paid by both)"
+    )
+    print(
+        f"\n2. restore into a fresh model + AdamW, checkpoint evicted from the page cache first ({restore['checkpointer']['bytes'] / GIB:.3f} GiB)"
+    )
+    print(
+        f"{'arm':<40}{'seconds':>9}{'GB/s':>7}{'vs torch.load':>15}{'added peak RSS':>18}{'(anon)':>10}{'after':>12}{'1st step':>10}"
+    )
+    names = {
+        "checkpointer": "Checkpointer.restore (SHA-256 + mmap)",
+        "torch_load": "torch.load + load_state_dict",
+        "torch_load_mmap": "torch.load(mmap=True), no checksums",
+    }
     for arm, row in restore.items():
         ratio = row.get("paired_ratio_vs_torch_load", {}).get("median", 1.0)
         step_s = median([r["first_step_seconds"] for r in restore_runs[arm]])
-        print(f"{names[arm]:<40}{row['seconds_median']:>9.2f}{row['gb_per_s_median']:>7.2f}{ratio:>14.2f}x"
-              f"{row['added_peak_bytes_median'] / MIB:>14.1f} MiB{row['added_peak_anon_sampled_bytes_median'] / MIB:>10.1f}"
-              f"{row['added_after_bytes_median'] / MIB:>8.1f} MiB{step_s:>9.2f}s")
+        print(
+            f"{names[arm]:<40}{row['seconds_median']:>9.2f}{row['gb_per_s_median']:>7.2f}{ratio:>14.2f}x"
+            f"{row['added_peak_bytes_median'] / MIB:>14.1f} MiB{row['added_peak_anon_sampled_bytes_median'] / MIB:>10.1f}"
+            f"{row['added_after_bytes_median'] / MIB:>8.1f} MiB{step_s:>9.2f}s"
+        )
     mapped = median([r["mapped_checkpoint_bytes_after"] for r in restore_runs["checkpointer"]])
     mapped_step = median([r["mapped_checkpoint_bytes_after_step"] for r in restore_runs["checkpointer"]])
-    print(f"after Checkpointer.restore, {mapped / MIB:.1f} MiB of the checkpoint's files are still mapped by the process "
-          f"({mapped_step / MIB:.1f} MiB after the first optimizer step)")
-    print(f"\n3. skipped save() (every=10**9 steps): {skip['ns_per_call_median']:.0f} ns/call median "
-          f"(min {skip['ns_per_call_min']:.0f}, p90 {skip['ns_per_call_p90']:.0f}) over {skip['calls']:,} calls; "
-          f"a no-op with the same signature {skip['noop_ns_per_call_median']:.0f} ns; state_dict() calls {skip['state_dict_calls_during_loop']}")
-    print(f"\n4. NumPy-only save, {numpy_state / MIB:.0f} MiB of arrays (serializer {numpy_runs['checkpointer'][0]['serializer']}, "
-          f"torch imported: {numpy_runs['checkpointer'][0]['torch_imported']})")
-    names = {"checkpointer": "Checkpointer.save(force=True)", "pickle_dump": "pickle.dump(state, file)", "pickle_dumps": "pickle.dumps + write"}
+    print(
+        f"after Checkpointer.restore, {mapped / MIB:.1f} MiB of the checkpoint's files are still mapped by the process "
+        f"({mapped_step / MIB:.1f} MiB after the first optimizer step)"
+    )
+    print(
+        f"\n3. skipped save() (every=10**9 steps): {skip['ns_per_call_median']:.0f} ns/call median "
+        f"(min {skip['ns_per_call_min']:.0f}, p90 {skip['ns_per_call_p90']:.0f}) over {skip['calls']:,} calls; "
+        f"a no-op with the same signature {skip['noop_ns_per_call_median']:.0f} ns; state_dict() calls {skip['state_dict_calls_during_loop']}"
+    )
+    print(
+        f"\n4. NumPy-only save, {numpy_state / MIB:.0f} MiB of arrays (serializer {numpy_runs['checkpointer'][0]['serializer']}, "
+        f"torch imported: {numpy_runs['checkpointer'][0]['torch_imported']})"
+    )
+    names = {
+        "checkpointer": "Checkpointer.save(force=True)",
+        "pickle_dump": "pickle.dump(state, file)",
+        "pickle_dumps": "pickle.dumps + write",
+    }
     for arm, row in numpy_.items():
         ratio = row.get("paired_ratio_vs_pickle_dump", {}).get("median", 1.0)
-        print(f"{names[arm]:<40}{row['seconds_median']:>9.2f}{row['gb_per_s_median']:>7.2f}{ratio:>14.2f}x"
-              f"{row['added_peak_bytes_median'] / MIB:>12.1f} MiB ({row['added_peak_fraction_of_state']:>4.0%})")
+        print(
+            f"{names[arm]:<40}{row['seconds_median']:>9.2f}{row['gb_per_s_median']:>7.2f}{ratio:>14.2f}x"
+            f"{row['added_peak_bytes_median'] / MIB:>12.1f} MiB ({row['added_peak_fraction_of_state']:>4.0%})"
+        )
     ok = verdicts["save_goal_met"] and verdicts["numpy_save_goal_met"] and verdicts["skip_goal_met"]
-    print(f"\ngoals: save adds <= {GOAL_ADDED_FRACTION:.0%} of the state: {'met' if verdicts['save_goal_met'] else 'NOT met'}; "
-          f"NumPy save the same, without torch: {'met' if verdicts['numpy_save_goal_met'] else 'NOT met'}; "
-          f"skipped call <= {GOAL_SKIP_NS} ns, no state_dict(): {'met' if verdicts['skip_goal_met'] else 'NOT met'}")
+    print(
+        f"\ngoals: save adds <= {GOAL_ADDED_FRACTION:.0%} of the state: {'met' if verdicts['save_goal_met'] else 'NOT met'}; "
+        f"NumPy save the same, without torch: {'met' if verdicts['numpy_save_goal_met'] else 'NOT met'}; "
+        f"skipped call <= {GOAL_SKIP_NS} ns, no state_dict(): {'met' if verdicts['skip_goal_met'] else 'NOT met'}"
+    )
 
     if args.out or not (args.no_write or quick):
         env = _env.environment()
@@ -621,12 +728,12 @@ def main() -> int:
                 "numpy_repeats": numpy_repeats,
                 "order": "arms interleaved per round, order rotated each round; each arm a fresh child process",
                 "peak": "VmHWM after echo 5 > /proc/self/clear_refs (after gc.collect + malloc_trim) minus VmRSS before; "
-                        "RssAnon/RssFile sampled every 5 ms as a second lens",
+                "RssAnon/RssFile sampled every 5 ms as a second lens",
                 "torch_state": f"{layers} x Linear({WIDTH}, {WIDTH}) + AdamW(lr=1e-4) after one step, grads set to None",
                 "restore": "fresh model + fresh AdamW; checkpoint files fdatasync'ed and evicted with posix_fadvise(DONTNEED) "
-                           "before each restore child",
+                "before each restore child",
                 "skip": "Checkpointer(every=10**9, default signals), first save written, then blocks of 1,000 calls "
-                        "alternating with a no-op of the same signature; ns per call from perf_counter_ns per block",
+                "alternating with a no-op of the same signature; ns per call from perf_counter_ns per block",
                 "numpy_state": "dict of three float32 arrays (weights, m, v) + an int, passed as one value object; torch never imported",
                 "goals": {"save_added_peak_fraction": GOAL_ADDED_FRACTION, "skip_ns_per_call": GOAL_SKIP_NS},
             },

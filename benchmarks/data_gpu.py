@@ -51,8 +51,10 @@ def no_cuda_reason() -> str | None:
     if torch.version.cuda is None:
         return f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None); install a CUDA build"
     if not torch.cuda.is_available():
-        return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device "
-                f"(torch.cuda.is_available() is False; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+        return (
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device "
+            f"(torch.cuda.is_available() is False; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
     return None
 
 
@@ -82,10 +84,22 @@ def pcie_link(index: int) -> dict[str, Any]:
         pass
     try:
         fields = "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max"
-        line = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", str(index)],
-                              capture_output=True, text=True, timeout=20, check=True).stdout.strip().splitlines()[0]
+        line = (
+            subprocess.run(
+                ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", str(index)],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()[0]
+        )
         values = [v.strip() for v in line.split(",")]
-        return {"source": "nvidia-smi", **dict(zip(("gen_current", "gen_max", "width_current", "width_max"), values))}
+        return {
+            "source": "nvidia-smi",
+            **dict(zip(("gen_current", "gen_max", "width_current", "width_max"), values)),
+        }
     except Exception:  # noqa: BLE001 - no NVML, no nvidia-smi
         return {}
 
@@ -121,8 +135,13 @@ def section_step(dev: Dev, size: dict[str, int], rounds: int, block_s: float) ->
     sample_bytes = 64 * 4 + 8
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 10)).to(device)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 10),
+    ).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -149,17 +168,31 @@ def section_step(dev: Dev, size: dict[str, int], rounds: int, block_s: float) ->
 
     vram = data.load({"x": x, "y": y}, batch_size=BATCH, tier=dev.vram, device=device, progress=False)
     ram = data.load({"x": x, "y": y}, batch_size=BATCH, tier="ram", device=device, progress=False)
-    baseline = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), batch_size=BATCH, shuffle=True,
-                          pin_memory=not dev.cpu, generator=torch.Generator().manual_seed(0))
+    baseline = DataLoader(
+        TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
+        batch_size=BATCH,
+        shuffle=True,
+        pin_memory=not dev.cpu,
+        generator=torch.Generator().manual_seed(0),
+    )
 
     def to_device(make: Callable[[], Any]) -> Any:
         for xb, yb in endless(make):
             yield xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
 
-    a_vram = Arm("vram tier", stepper(endless(lambda: vram)), describe="data.load(dict, tier='vram', device='cuda')")
-    a_ram = Arm("ram tier", stepper(endless(lambda: ram)), describe="data.load(dict, tier='ram', device='cuda'): pinned, non_blocking")
-    a_dl = Arm("DataLoader(TensorDataset, pin_memory)", stepper(to_device(lambda: baseline)),
-               describe="DataLoader(TensorDataset, batch_size=256, shuffle=True, pin_memory=True) + .to(non_blocking=True)")
+    a_vram = Arm(
+        "vram tier", stepper(endless(lambda: vram)), describe="data.load(dict, tier='vram', device='cuda')"
+    )
+    a_ram = Arm(
+        "ram tier",
+        stepper(endless(lambda: ram)),
+        describe="data.load(dict, tier='ram', device='cuda'): pinned, non_blocking",
+    )
+    a_dl = Arm(
+        "DataLoader(TensorDataset, pin_memory)",
+        stepper(to_device(lambda: baseline)),
+        describe="DataLoader(TensorDataset, batch_size=256, shuffle=True, pin_memory=True) + .to(non_blocking=True)",
+    )
     # Model-only step on a resident batch: the ceiling any loader can reach.
     xb0, yb0 = torch.from_numpy(x[:BATCH]).to(device), torch.from_numpy(y[:BATCH]).to(device)
 
@@ -169,22 +202,63 @@ def section_step(dev: Dev, size: dict[str, int], rounds: int, block_s: float) ->
         dev.synchronize()
         return k * BATCH, k * BATCH * sample_bytes
 
-    a_model = Arm("model step only (resident batch)", model_only, describe="the same step on one resident batch")
+    a_model = Arm(
+        "model step only (resident batch)", model_only, describe="the same step on one resident batch"
+    )
     arms = [a_vram, a_ram, a_dl, a_model]
     interleave(arms, rounds, block_s)
-    comparisons = [compare("step: vram tier vs ram tier", a_vram, a_ram, what="samples", threshold=1.0,
-                           source="expectation", goal="vram >= ram steps/s")]
+    comparisons = [
+        compare(
+            "step: vram tier vs ram tier",
+            a_vram,
+            a_ram,
+            what="samples",
+            threshold=1.0,
+            source="expectation",
+            goal="vram >= ram steps/s",
+        )
+    ]
     context = [
-        compare("context: ram tier vs DataLoader(pin_memory)", a_ram, a_dl, what="samples", threshold=0.0, source="context", goal="-"),
-        compare("context: vram tier vs model step only", a_vram, a_model, what="samples", threshold=0.0, source="context",
-                goal="-", percent=True),
-        compare("context: ram tier vs model step only", a_ram, a_model, what="samples", threshold=0.0, source="context",
-                goal="-", percent=True),
+        compare(
+            "context: ram tier vs DataLoader(pin_memory)",
+            a_ram,
+            a_dl,
+            what="samples",
+            threshold=0.0,
+            source="context",
+            goal="-",
+        ),
+        compare(
+            "context: vram tier vs model step only",
+            a_vram,
+            a_model,
+            what="samples",
+            threshold=0.0,
+            source="context",
+            goal="-",
+            percent=True,
+        ),
+        compare(
+            "context: ram tier vs model step only",
+            a_ram,
+            a_model,
+            what="samples",
+            threshold=0.0,
+            source="context",
+            goal="-",
+            percent=True,
+        ),
     ]
     for c in context:
         c["pass"] = None
-    return {"rows": n, "sample_bytes": sample_bytes, "arms": arms, "comparisons": comparisons, "context": context,
-            "model": "MLP 64-512-512-10, Adam, cross-entropy, batch 256"}
+    return {
+        "rows": n,
+        "sample_bytes": sample_bytes,
+        "arms": arms,
+        "comparisons": comparisons,
+        "context": context,
+        "model": "MLP 64-512-512-10, Adam, cross-entropy, batch 256",
+    }
 
 
 def section_h2d(dev: Dev, size: dict[str, int], rounds: int, block_s: float) -> dict[str, Any]:
@@ -249,38 +323,105 @@ def section_h2d(dev: Dev, size: dict[str, int], rounds: int, block_s: float) -> 
             position[0] += BATCH
         return k * BATCH, k * batch_bytes
 
-    a_loader = Arm("ram tier (gather + pinned copy)", loader_run, describe="for (x,) in data.load(dict, tier='ram', device='cuda')")
-    a_pinned = Arm("bare pinned .to(non_blocking)", copies(pinned, True), describe="pinned[256, 4096].to(device, non_blocking=True)")
-    a_pinned_into = Arm("bare pinned copy_ into one buffer", copies_into(pinned), describe="dest.copy_(pinned, non_blocking=True)")
-    a_pageable = Arm("bare pageable .to()", copies(pageable, False), describe="pageable[256, 4096].to(device)")
-    a_gather = Arm("host gather into pinned (no copy)", host_gather, describe="torch.index_select(x, 0, idx, out=pinned)")
+    a_loader = Arm(
+        "ram tier (gather + pinned copy)",
+        loader_run,
+        describe="for (x,) in data.load(dict, tier='ram', device='cuda')",
+    )
+    a_pinned = Arm(
+        "bare pinned .to(non_blocking)",
+        copies(pinned, True),
+        describe="pinned[256, 4096].to(device, non_blocking=True)",
+    )
+    a_pinned_into = Arm(
+        "bare pinned copy_ into one buffer",
+        copies_into(pinned),
+        describe="dest.copy_(pinned, non_blocking=True)",
+    )
+    a_pageable = Arm(
+        "bare pageable .to()", copies(pageable, False), describe="pageable[256, 4096].to(device)"
+    )
+    a_gather = Arm(
+        "host gather into pinned (no copy)", host_gather, describe="torch.index_select(x, 0, idx, out=pinned)"
+    )
     arms = [a_loader, a_pinned, a_pinned_into, a_pageable, a_gather]
     interleave(arms, rounds, block_s)
-    comparisons = [compare("h2d: ram tier vs bare pinned copy", a_loader, a_pinned, what="bytes", threshold=0.70,
-                           source="proposed", goal=">= 70 % of the bare pinned copy's GB/s", percent=True)]
+    comparisons = [
+        compare(
+            "h2d: ram tier vs bare pinned copy",
+            a_loader,
+            a_pinned,
+            what="bytes",
+            threshold=0.70,
+            source="proposed",
+            goal=">= 70 % of the bare pinned copy's GB/s",
+            percent=True,
+        )
+    ]
     context = [
-        compare("context: bare pinned vs pageable", a_pinned, a_pageable, what="bytes", threshold=0.0, source="context", goal="-"),
-        compare("context: ram tier vs host gather alone", a_loader, a_gather, what="bytes", threshold=0.0, source="context",
-                goal="-", percent=True),
-        compare("context: ram tier vs bare pageable", a_loader, a_pageable, what="bytes", threshold=0.0, source="context", goal="-"),
+        compare(
+            "context: bare pinned vs pageable",
+            a_pinned,
+            a_pageable,
+            what="bytes",
+            threshold=0.0,
+            source="context",
+            goal="-",
+        ),
+        compare(
+            "context: ram tier vs host gather alone",
+            a_loader,
+            a_gather,
+            what="bytes",
+            threshold=0.0,
+            source="context",
+            goal="-",
+            percent=True,
+        ),
+        compare(
+            "context: ram tier vs bare pageable",
+            a_loader,
+            a_pageable,
+            what="bytes",
+            threshold=0.0,
+            source="context",
+            goal="-",
+        ),
     ]
     for c in context:
         c["pass"] = None
     copied = ram._tier.mover.copied_bytes
-    return {"rows": n, "sample_bytes": row_bytes, "batch_bytes": batch_bytes, "what": "bytes", "arms": arms,
-            "comparisons": comparisons, "context": context, "loader_copied_bytes": copied}
+    return {
+        "rows": n,
+        "sample_bytes": row_bytes,
+        "batch_bytes": batch_bytes,
+        "what": "bytes",
+        "arms": arms,
+        "comparisons": comparisons,
+        "context": context,
+        "loader_copied_bytes": copied,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", choices=("step", "h2d"), help="run only these sections")
-    parser.add_argument("--quick", action="store_true", help="small data, 3 short rounds; writes nothing unless --out")
+    parser.add_argument(
+        "--quick", action="store_true", help="small data, 3 short rounds; writes nothing unless --out"
+    )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 9; --quick 3)")
-    parser.add_argument("--block-seconds", type=float, help="seconds per arm per round (default 0.4; --quick 0.12)")
+    parser.add_argument(
+        "--block-seconds", type=float, help="seconds per arm per round (default 0.4; --quick 0.12)"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; write no result file")
-    parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/data_gpu-<device>-<date>.json)")
-    parser.add_argument("--cpu", action="store_true",
-                        help="check the harness itself on the CPU (ram tier twice, no pinning, no synchronize); numbers mean nothing, writes nothing")
+    parser.add_argument(
+        "--out", type=Path, help="result file (default benchmarks/results/data_gpu-<device>-<date>.json)"
+    )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="check the harness itself on the CPU (ram tier twice, no pinning, no synchronize); numbers mean nothing, writes nothing",
+    )
     args = parser.parse_args()
 
     reason = None if args.cpu else no_cuda_reason()
@@ -305,7 +446,13 @@ def main() -> int:
         "device": "cpu (--cpu harness check)" if args.cpu else torch.cuda.get_device_name(index),
         "gpu": None if args.cpu else _env.gpu(),
         "pcie": {} if args.cpu else pcie_link(index),
-        "settings": {"quick": args.quick, "rounds": rounds, "block_seconds": block_s, "batch_size": BATCH, **size},
+        "settings": {
+            "quick": args.quick,
+            "rounds": rounds,
+            "block_seconds": block_s,
+            "batch_size": BATCH,
+            **size,
+        },
         "sections": {},
     }
     everything: list[dict[str, Any]] = []
@@ -325,12 +472,18 @@ def main() -> int:
         if not args.cpu:
             torch.cuda.empty_cache()
     verdicts = [c["pass"] for c in everything if c["pass"] is not None]
-    result["summary"] = [{k: c[k] for k in ("name", "measure", "ratio", "threshold", "threshold_source", "goal", "pass")}
-                         for c in everything]
+    result["summary"] = [
+        {k: c[k] for k in ("name", "measure", "ratio", "threshold", "threshold_source", "goal", "pass")}
+        for c in everything
+    ]
     result["pass"] = all(verdicts)
     result["benchmark_seconds"] = time.perf_counter() - started
     pcie = result["pcie"]
-    link = f"PCIe gen {pcie.get('gen_current')} x{pcie.get('width_current')} (max gen {pcie.get('gen_max')} x{pcie.get('width_max')})" if pcie else "PCIe link unknown (no NVML)"
+    link = (
+        f"PCIe gen {pcie.get('gen_current')} x{pcie.get('width_current')} (max gen {pcie.get('gen_max')} x{pcie.get('width_max')})"
+        if pcie
+        else "PCIe link unknown (no NVML)"
+    )
     print(f"\ndevice: {result['device']}; {link}")
     print_summary(everything)
     if not args.cpu and (args.out or not (args.no_write or args.quick)):

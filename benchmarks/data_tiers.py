@@ -89,8 +89,24 @@ class Size:
     ttfb_rounds: int
 
 
-FULL = Size(rows=150_000, gather_rows=131_072, stream_rows=1_500_000, sql_rows=150_000, rounds=9, block_s=0.4, ttfb_rounds=3)
-QUICK = Size(rows=50_000, gather_rows=16_384, stream_rows=200_000, sql_rows=30_000, rounds=3, block_s=0.12, ttfb_rounds=1)
+FULL = Size(
+    rows=150_000,
+    gather_rows=131_072,
+    stream_rows=1_500_000,
+    sql_rows=150_000,
+    rounds=9,
+    block_s=0.4,
+    ttfb_rounds=3,
+)
+QUICK = Size(
+    rows=50_000,
+    gather_rows=16_384,
+    stream_rows=200_000,
+    sql_rows=30_000,
+    rounds=3,
+    block_s=0.12,
+    ttfb_rounds=1,
+)
 
 
 # -- measuring --------------------------------------------------------------------------------
@@ -157,8 +173,17 @@ def arm_summary(arm: Arm, what: str = "samples") -> dict[str, Any]:
     }
 
 
-def compare(name: str, fast: Arm, base: Arm, *, what: str, threshold: float, source: str, goal: str,
-            percent: bool = False) -> dict[str, Any]:
+def compare(
+    name: str,
+    fast: Arm,
+    base: Arm,
+    *,
+    what: str,
+    threshold: float,
+    source: str,
+    goal: str,
+    percent: bool = False,
+) -> dict[str, Any]:
     """Median of per-round paired ratios fast/base, against ``threshold``."""
     ratios = [f / b for f, b in zip(rates(fast, what), rates(base, what))]
     ratio = statistics.median(ratios)
@@ -222,17 +247,25 @@ def profile(arm: Arm, blocks: int = 3, top: int = 14) -> dict[str, Any]:
     total = stats.total_tt or 1e-12
     rows = []
     for (filename, line, func), (_cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
-        rows.append({
-            "function": func,
-            "where": f"{_short_path(filename)}:{line}",
-            "calls": nc,
-            "own_s": tt,
-            "cumulative_s": ct,
-            "own_share": tt / total,
-            "own_us_per_batch": 1e6 * tt / max(1, samples / BATCH) if arm.unit == "batch" else None,
-        })
+        rows.append(
+            {
+                "function": func,
+                "where": f"{_short_path(filename)}:{line}",
+                "calls": nc,
+                "own_s": tt,
+                "cumulative_s": ct,
+                "own_share": tt / total,
+                "own_us_per_batch": 1e6 * tt / max(1, samples / BATCH) if arm.unit == "batch" else None,
+            }
+        )
     rows.sort(key=lambda r: r["own_s"], reverse=True)
-    return {"arm": arm.name, "samples": samples, "wall_s": elapsed, "profiled_s": total, "top_own_time": rows[:top]}
+    return {
+        "arm": arm.name,
+        "samples": samples,
+        "wall_s": elapsed,
+        "profiled_s": total,
+        "top_own_time": rows[:top],
+    }
 
 
 def _short_path(filename: str) -> str:
@@ -258,7 +291,9 @@ def write_h5(path: Path, rows: int, seed: int, chunks: int | None = None) -> Non
     rng = np.random.default_rng(seed)
     with h5py.File(path, "w") as f:
         step = 1 << 18
-        x = f.create_dataset("x", (rows, FEATURES), dtype="float32", chunks=(chunks, FEATURES) if chunks else None)
+        x = f.create_dataset(
+            "x", (rows, FEATURES), dtype="float32", chunks=(chunks, FEATURES) if chunks else None
+        )
         y = f.create_dataset("y", (rows,), dtype="int64", chunks=(chunks,) if chunks else None)
         for start in range(0, rows, step):
             stop = min(rows, start + step)
@@ -308,15 +343,36 @@ def section_h5py(ctx: Context) -> dict[str, Any]:
     loader = data.load(path, fields=["x", "y"], batch_size=BATCH, tier="ram", progress=False)
     sb = sample_bytes_of(loader)
     dataset = h5_row_dataset(path)
-    baseline = DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=0, generator=torch.Generator().manual_seed(0))
-    fast = Arm("data.load ram", pull(batches(lambda: loader), sb), describe=f"data.load({path.name}, tier='ram', batch_size={BATCH})")
-    base = Arm("DataLoader(h5py per-sample)", pull(batches(lambda: baseline), sb),
-               describe="DataLoader(Dataset whose __getitem__ reads one row with h5py, batch_size=256, shuffle=True, num_workers=0)")
+    baseline = DataLoader(
+        dataset, batch_size=BATCH, shuffle=True, num_workers=0, generator=torch.Generator().manual_seed(0)
+    )
+    fast = Arm(
+        "data.load ram",
+        pull(batches(lambda: loader), sb),
+        describe=f"data.load({path.name}, tier='ram', batch_size={BATCH})",
+    )
+    base = Arm(
+        "DataLoader(h5py per-sample)",
+        pull(batches(lambda: baseline), sb),
+        describe="DataLoader(Dataset whose __getitem__ reads one row with h5py, batch_size=256, shuffle=True, num_workers=0)",
+    )
     interleave([fast, base], ctx.size.rounds, ctx.size.block_s)
-    comparison = compare("ram tier vs per-sample h5py DataLoader", fast, base, what="samples", threshold=50.0,
-                         source="brief goal", goal=">= 50x samples/s")
-    return {"rows": ctx.size.rows, "sample_bytes": sb, "arms": [fast, base], "comparisons": [comparison],
-            "loader_load_seconds": loader._tier.load_seconds}
+    comparison = compare(
+        "ram tier vs per-sample h5py DataLoader",
+        fast,
+        base,
+        what="samples",
+        threshold=50.0,
+        source="brief goal",
+        goal=">= 50x samples/s",
+    )
+    return {
+        "rows": ctx.size.rows,
+        "sample_bytes": sb,
+        "arms": [fast, base],
+        "comparisons": [comparison],
+        "loader_load_seconds": loader._tier.load_seconds,
+    }
 
 
 def section_tensor(ctx: Context) -> dict[str, Any]:
@@ -330,13 +386,29 @@ def section_tensor(ctx: Context) -> dict[str, Any]:
     sb = sample_bytes_of(loader)
     arrays = loader._tier.arrays
     x, y = torch.from_numpy(arrays["x"].copy()), torch.from_numpy(arrays["y"].copy())
-    baseline = DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0))
-    fast = Arm("data.load ram", pull(batches(lambda: loader), sb), describe=f"data.load({path.name}, tier='ram', batch_size={BATCH})")
-    base = Arm("DataLoader(TensorDataset)", pull(batches(lambda: baseline), sb),
-               describe="DataLoader(TensorDataset(x, y), batch_size=256, shuffle=True), default collate")
+    baseline = DataLoader(
+        TensorDataset(x, y), batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
+    fast = Arm(
+        "data.load ram",
+        pull(batches(lambda: loader), sb),
+        describe=f"data.load({path.name}, tier='ram', batch_size={BATCH})",
+    )
+    base = Arm(
+        "DataLoader(TensorDataset)",
+        pull(batches(lambda: baseline), sb),
+        describe="DataLoader(TensorDataset(x, y), batch_size=256, shuffle=True), default collate",
+    )
     interleave([fast, base], ctx.size.rounds, ctx.size.block_s)
-    comparison = compare("ram tier vs DataLoader(TensorDataset)", fast, base, what="samples", threshold=10.0,
-                         source="brief goal", goal=">= 10x samples/s")
+    comparison = compare(
+        "ram tier vs DataLoader(TensorDataset)",
+        fast,
+        base,
+        what="samples",
+        threshold=10.0,
+        source="brief goal",
+        goal=">= 10x samples/s",
+    )
     return {"rows": ctx.size.rows, "sample_bytes": sb, "arms": [fast, base], "comparisons": [comparison]}
 
 
@@ -393,11 +465,26 @@ def section_gather(ctx: Context, busy_neighbour: bool = False) -> dict[str, Any]
         torch.index_select(tx, 0, i, out=tout_x[:m])
         torch.index_select(ty, 0, i, out=tout_y[:m])
 
-    fast = Arm("data.load ram (iterate)", pull(batches(lambda: loader), sb),
-               describe=f"for x, y in data.load({{'x': float32 [{n}, {GATHER_FEATURES}], 'y': int64}}, tier='ram')")
-    base = Arm("np.take out=", bare(take), describe="np.take(x, idx, axis=0, out=preallocated), same for y, same indices")
-    sel = Arm("torch.index_select", bare(select), describe="torch.index_select(x, 0, idx), fresh output (what the tier does)")
-    sel_out = Arm("torch.index_select out=", bare(select_out), describe="torch.index_select(x, 0, idx, out=preallocated)")
+    fast = Arm(
+        "data.load ram (iterate)",
+        pull(batches(lambda: loader), sb),
+        describe=f"for x, y in data.load({{'x': float32 [{n}, {GATHER_FEATURES}], 'y': int64}}, tier='ram')",
+    )
+    base = Arm(
+        "np.take out=",
+        bare(take),
+        describe="np.take(x, idx, axis=0, out=preallocated), same for y, same indices",
+    )
+    sel = Arm(
+        "torch.index_select",
+        bare(select),
+        describe="torch.index_select(x, 0, idx), fresh output (what the tier does)",
+    )
+    sel_out = Arm(
+        "torch.index_select out=",
+        bare(select_out),
+        describe="torch.index_select(x, 0, idx, out=preallocated)",
+    )
     arms = [fast, base, sel, sel_out]
     tag = ", one core busy" if busy_neighbour else ""
     neighbour = start_neighbour() if busy_neighbour else None
@@ -405,16 +492,46 @@ def section_gather(ctx: Context, busy_neighbour: bool = False) -> dict[str, Any]
         interleave(arms, ctx.size.rounds, ctx.size.block_s)
     finally:
         stop_neighbour(neighbour)
-    comparisons = [compare(f"ram tier gather vs bare np.take{tag}", fast, base, what="bytes", threshold=0.70,
-                           source="brief goal" + (" (with a busy neighbour)" if busy_neighbour else ""),
-                           goal=">= 70 % of the bare np.take's GB/s", percent=True)]
-    context = [compare(f"context: {a.name} vs bare np.take{tag}", a, base, what="bytes", threshold=0.0,
-                       source="context", goal="-", percent=True) for a in (sel, sel_out)]
+    comparisons = [
+        compare(
+            f"ram tier gather vs bare np.take{tag}",
+            fast,
+            base,
+            what="bytes",
+            threshold=0.70,
+            source="brief goal" + (" (with a busy neighbour)" if busy_neighbour else ""),
+            goal=">= 70 % of the bare np.take's GB/s",
+            percent=True,
+        )
+    ]
+    context = [
+        compare(
+            f"context: {a.name} vs bare np.take{tag}",
+            a,
+            base,
+            what="bytes",
+            threshold=0.0,
+            source="context",
+            goal="-",
+            percent=True,
+        )
+        for a in (sel, sel_out)
+    ]
     for c in context:
         c["pass"] = None
-    return {"rows": n, "sample_bytes": sb, "batch_bytes": BATCH * sb, "data_bytes": x.nbytes + y.nbytes,
-            "arms": arms, "what": "bytes", "comparisons": comparisons, "context": context,
-            "busy_neighbour": "one child process spinning a pure-Python loop for the whole section" if busy_neighbour else None}
+    return {
+        "rows": n,
+        "sample_bytes": sb,
+        "batch_bytes": BATCH * sb,
+        "data_bytes": x.nbytes + y.nbytes,
+        "arms": arms,
+        "what": "bytes",
+        "comparisons": comparisons,
+        "context": context,
+        "busy_neighbour": "one child process spinning a pure-Python loop for the whole section"
+        if busy_neighbour
+        else None,
+    }
 
 
 def section_gather_busy(ctx: Context) -> dict[str, Any]:
@@ -476,7 +593,9 @@ def section_ring(ctx: Context, busy_neighbour: bool = False) -> dict[str, Any]:
     streams: list[Any] = []  # closed at the end: their gather threads stop
 
     def ring(threads: int | None, step_s: float = 0.0) -> Callable[[int], tuple[int, int]]:
-        mover = HostToDevice([FieldSpec("x", x.dtype, x.shape[1:])], torch_cpu(), BATCH, copier=NoCopy(), threads=threads)
+        mover = HostToDevice(
+            [FieldSpec("x", x.dtype, x.shape[1:])], torch_cpu(), BATCH, copier=NoCopy(), threads=threads
+        )
         streams.append(mover.batches({"x": x}, index_batches()))
         stream = streams[-1]
 
@@ -492,16 +611,34 @@ def section_ring(ctx: Context, busy_neighbour: bool = False) -> dict[str, Any]:
     picked = gather_threads(BATCH * sb, usable_cores())
     slots = HostToDevice([FieldSpec("x", x.dtype, x.shape[1:])], torch_cpu(), BATCH, copier=NoCopy()).slots
     step = f"+ {RING_STEP_S * 1e3:g} ms step"
-    mine_step = Arm(f"ring, its pick {step}", ring(None, RING_STEP_S),
-                    describe=f"the ring's batches, then time.sleep({RING_STEP_S}) as a device step the host waits on")
+    mine_step = Arm(
+        f"ring, its pick {step}",
+        ring(None, RING_STEP_S),
+        describe=f"the ring's batches, then time.sleep({RING_STEP_S}) as a device step the host waits on",
+    )
     old_step = Arm(f"old path {step}", bare(2, RING_STEP_S), describe="the old gather, then the same sleep")
-    old = Arm("np.take, 2 buffers in turn", bare(2), describe="np.take(x, idx, axis=0, out=buf[i % 2], mode='clip'): "
-              "the old path's gather")
-    hot = Arm("np.take, one buffer", bare(1), describe="the same into one (cache-hot) buffer: data_gpu.py's gather arm")
-    same = Arm(f"np.take, {slots} buffers in turn", bare(slots), describe="the same into as many buffers as the ring "
-               "has slots: the ring's gather without its machinery")
-    inline = Arm("ring, inline (0 threads)", ring(0), describe="HostToDevice(copier=NoCopy(), threads=0).batches()")
-    mine = Arm(f"ring, its pick ({picked} threads)", ring(None), describe="HostToDevice(copier=NoCopy()).batches()")
+    old = Arm(
+        "np.take, 2 buffers in turn",
+        bare(2),
+        describe="np.take(x, idx, axis=0, out=buf[i % 2], mode='clip'): the old path's gather",
+    )
+    hot = Arm(
+        "np.take, one buffer",
+        bare(1),
+        describe="the same into one (cache-hot) buffer: data_gpu.py's gather arm",
+    )
+    same = Arm(
+        f"np.take, {slots} buffers in turn",
+        bare(slots),
+        describe="the same into as many buffers as the ring "
+        "has slots: the ring's gather without its machinery",
+    )
+    inline = Arm(
+        "ring, inline (0 threads)", ring(0), describe="HostToDevice(copier=NoCopy(), threads=0).batches()"
+    )
+    mine = Arm(
+        f"ring, its pick ({picked} threads)", ring(None), describe="HostToDevice(copier=NoCopy()).batches()"
+    )
     two = Arm("ring, 2 threads", ring(2), describe="HostToDevice(copier=NoCopy(), threads=2).batches()")
     arms = [mine_step, old_step, mine, same, old, hot, inline, two]
     tag = ", one core busy" if busy_neighbour else ""
@@ -511,19 +648,58 @@ def section_ring(ctx: Context, busy_neighbour: bool = False) -> dict[str, Any]:
     finally:
         stop_neighbour(neighbour)
     comparisons = [
-        compare(f"ring gather ({picked} threads) vs np.take into {slots} buffers{tag}", mine, same, what="bytes",
-                threshold=0.90, source="expectation", goal=">= 90 %: the machinery costs little", percent=True),
-        compare(f"ring {step} vs old path {step}{tag}", mine_step, old_step, what="bytes", threshold=1.0,
-                source="expectation", goal="> 1x: the gather hides under the step"),
+        compare(
+            f"ring gather ({picked} threads) vs np.take into {slots} buffers{tag}",
+            mine,
+            same,
+            what="bytes",
+            threshold=0.90,
+            source="expectation",
+            goal=">= 90 %: the machinery costs little",
+            percent=True,
+        ),
+        compare(
+            f"ring {step} vs old path {step}{tag}",
+            mine_step,
+            old_step,
+            what="bytes",
+            threshold=1.0,
+            source="expectation",
+            goal="> 1x: the gather hides under the step",
+        ),
     ]
-    context = [compare(f"context: {a.name} vs the old gather{tag}", a, old, what="bytes", threshold=0.0,
-                       source="context", goal="-", percent=True) for a in (mine, same, hot, inline, two)]
+    context = [
+        compare(
+            f"context: {a.name} vs the old gather{tag}",
+            a,
+            old,
+            what="bytes",
+            threshold=0.0,
+            source="context",
+            goal="-",
+            percent=True,
+        )
+        for a in (mine, same, hot, inline, two)
+    ]
     for c in context:
         c["pass"] = None
-    return {"rows": n, "sample_bytes": sb, "batch_bytes": BATCH * sb, "data_bytes": x.nbytes, "arms": arms,
-            "what": "bytes", "comparisons": comparisons, "context": context, "usable_cores": usable_cores(),
-            "threads_picked": picked, "step_s": RING_STEP_S, "cleanup": [s.close for s in streams],
-            "busy_neighbour": "one child process spinning a pure-Python loop for the whole section" if busy_neighbour else None}
+    return {
+        "rows": n,
+        "sample_bytes": sb,
+        "batch_bytes": BATCH * sb,
+        "data_bytes": x.nbytes,
+        "arms": arms,
+        "what": "bytes",
+        "comparisons": comparisons,
+        "context": context,
+        "usable_cores": usable_cores(),
+        "threads_picked": picked,
+        "step_s": RING_STEP_S,
+        "cleanup": [s.close for s in streams],
+        "busy_neighbour": "one child process spinning a pure-Python loop for the whole section"
+        if busy_neighbour
+        else None,
+    }
 
 
 def torch_cpu() -> Any:
@@ -574,7 +750,9 @@ def section_sql(ctx: Context) -> dict[str, Any]:
                 order = epoch_order(n, shuffle=True, seed=0, epoch=epoch) + 1  # ids are 1-based
                 for start in range(0, n, BATCH):
                     ids = order[start : start + BATCH].tolist()
-                    rows = conn.execute(f"SELECT x, y FROM samples WHERE id IN ({','.join('?' * len(ids))})", ids).fetchall()
+                    rows = conn.execute(
+                        f"SELECT x, y FROM samples WHERE id IN ({','.join('?' * len(ids))})", ids
+                    ).fetchall()
                     xb = torch.from_numpy(np.stack([np.frombuffer(r[0], dtype=np.float32) for r in rows]))
                     yb = torch.tensor([r[1] for r in rows])
                     yield xb, yb
@@ -603,7 +781,7 @@ def section_sql(ctx: Context) -> dict[str, Any]:
 
     ttfb_loader, ttfb_base, materialise, floor, no_gc = [], [], [], [], []
     for r in range(ctx.size.ttfb_rounds):
-        for which in (("loader", "base", "raw", "nogc") if r % 2 == 0 else ("nogc", "raw", "base", "loader")):
+        for which in ("loader", "base", "raw", "nogc") if r % 2 == 0 else ("nogc", "raw", "base", "loader"):
             gc.collect()
             if which == "raw":
                 floor.append(timed(raw_read)[1])
@@ -627,13 +805,26 @@ def section_sql(ctx: Context) -> dict[str, Any]:
                 gen.close()
 
     loader = open_loader()
-    fast = Arm("data.load sqlite (ram)", pull(batches(lambda: loader), sb),
-               describe=f"data.load('sqlite:///…', query={query!r}, schema={schema}) → tier {loader.tier}")
-    base = Arm("per-batch query", pull(baseline_batches(), sb),
-               describe="sqlite3, one open connection, SELECT x, y FROM samples WHERE id IN (256 shuffled ids) per batch")
+    fast = Arm(
+        "data.load sqlite (ram)",
+        pull(batches(lambda: loader), sb),
+        describe=f"data.load('sqlite:///…', query={query!r}, schema={schema}) → tier {loader.tier}",
+    )
+    base = Arm(
+        "per-batch query",
+        pull(baseline_batches(), sb),
+        describe="sqlite3, one open connection, SELECT x, y FROM samples WHERE id IN (256 shuffled ids) per batch",
+    )
     interleave([fast, base], ctx.size.rounds, ctx.size.block_s)
-    steady = compare("sql: data.load steady vs per-batch query", fast, base, what="samples", threshold=10.0,
-                     source="seed 003 (10-30x from preloading)", goal=">= 10x samples/s (steady state)")
+    steady = compare(
+        "sql: data.load steady vs per-batch query",
+        fast,
+        base,
+        what="samples",
+        threshold=10.0,
+        source="seed 003 (10-30x from preloading)",
+        goal=">= 10x samples/s (steady state)",
+    )
     # Break-even: the loader's one-time cost is repaid after B batches, where
     # ttfb_loader + B/r_loader = ttfb_base + B/r_base (rates in batches/s).
     r_fast, r_base = steady["loader_median"] / BATCH, steady["baseline_median"] / BATCH
@@ -658,10 +849,18 @@ def section_sql(ctx: Context) -> dict[str, Any]:
         "lower_is_better": True,
     }
     return {
-        "rows": n, "sample_bytes": sb, "arms": [fast, base], "comparisons": [steady, payback],
+        "rows": n,
+        "sample_bytes": sb,
+        "arms": [fast, base],
+        "comparisons": [steady, payback],
         "tier": tier,
-        "ttfb": {"loader_s": ttfb_loader, "loader_load_s": materialise, "baseline_s": ttfb_base,
-                 "raw_sqlite3_fetchall_decode_s": floor, "loader_load_gc_disabled_s": no_gc},
+        "ttfb": {
+            "loader_s": ttfb_loader,
+            "loader_load_s": materialise,
+            "baseline_s": ttfb_base,
+            "raw_sqlite3_fetchall_decode_s": floor,
+            "loader_load_gc_disabled_s": no_gc,
+        },
         "db_bytes": db.stat().st_size,
     }
 
@@ -677,7 +876,9 @@ def section_disk(ctx: Context) -> dict[str, Any]:
         for which in ("build", "reuse"):
             gc.collect()
             started = time.perf_counter()
-            loader = data.load(path, fields=["x", "y"], batch_size=BATCH, tier="disk", cache_dir=caches, progress=False)
+            loader = data.load(
+                path, fields=["x", "y"], batch_size=BATCH, tier="disk", cache_dir=caches, progress=False
+            )
             next(iter(loader))
             (build if which == "build" else reuse).append(time.perf_counter() - started)
             facts.append(f"{which}: {loader._tier.facts[0]}")
@@ -690,20 +891,34 @@ def section_disk(ctx: Context) -> dict[str, Any]:
         for which in ("build", "reuse"):
             gc.collect()
             started = time.perf_counter()
-            loader = data.load(big, fields=["x", "y"], batch_size=BATCH, tier="disk", cache_dir=big_caches, progress=False)
+            loader = data.load(
+                big, fields=["x", "y"], batch_size=BATCH, tier="disk", cache_dir=big_caches, progress=False
+            )
             next(iter(loader))
             seconds = time.perf_counter() - started
             cache = loader._tier.cache
-            scaling.append({"file": big.name, "rows": ctx.size.stream_rows, "bytes": ctx.size.stream_rows * sample_bytes_of(loader),
-                            "run": which, "ttfb_s": seconds, "build_s": cache.seconds if which == "build" else None,
-                            "verify_s": cache.verify_seconds if which == "reuse" else None})
+            scaling.append(
+                {
+                    "file": big.name,
+                    "rows": ctx.size.stream_rows,
+                    "bytes": ctx.size.stream_rows * sample_bytes_of(loader),
+                    "run": which,
+                    "ttfb_s": seconds,
+                    "build_s": cache.seconds if which == "build" else None,
+                    "verify_s": cache.verify_seconds if which == "reuse" else None,
+                }
+            )
             facts.append(f"{which} ({big.name}): {loader._tier.facts[0]}")
             loader.close()
         shutil.rmtree(big_caches, ignore_errors=True)
     disk = data.load(path, fields=["x", "y"], batch_size=BATCH, tier="disk", cache_dir=caches, progress=False)
     ram = data.load(path, fields=["x", "y"], batch_size=BATCH, tier="ram", progress=False)
     sb = sample_bytes_of(ram)
-    fast = Arm("data.load disk", pull(batches(lambda: disk), sb), describe="tier='disk', cache reused (memory-mapped, hot page cache)")
+    fast = Arm(
+        "data.load disk",
+        pull(batches(lambda: disk), sb),
+        describe="tier='disk', cache reused (memory-mapped, hot page cache)",
+    )
     base = Arm("data.load ram", pull(batches(lambda: ram), sb), describe="tier='ram'")
     interleave([fast, base], ctx.size.rounds, ctx.size.block_s)
     first = {
@@ -721,46 +936,103 @@ def section_disk(ctx: Context) -> dict[str, Any]:
         "goal": "the reuse is faster (build/reuse > 1)",
     }
     first["pass"] = first["ratio"] > first["threshold"]
-    steady = compare("disk tier steady vs ram tier", fast, base, what="samples", threshold=0.70,
-                     source="expectation", goal=">= 70 % of ram samples/s (hot page cache)", percent=True)
-    return {"rows": ctx.size.rows, "sample_bytes": sb, "arms": [fast, base], "comparisons": [first, steady], "facts": facts,
-            "reuse_scaling": scaling, "cleanup": [disk.close, ram.close]}
+    steady = compare(
+        "disk tier steady vs ram tier",
+        fast,
+        base,
+        what="samples",
+        threshold=0.70,
+        source="expectation",
+        goal=">= 70 % of ram samples/s (hot page cache)",
+        percent=True,
+    )
+    return {
+        "rows": ctx.size.rows,
+        "sample_bytes": sb,
+        "arms": [fast, base],
+        "comparisons": [first, steady],
+        "facts": facts,
+        "reuse_scaling": scaling,
+        "cleanup": [disk.close, ram.close],
+    }
 
 
 def section_stream(ctx: Context) -> dict[str, Any]:
     from trainmedic import data
 
     path = ctx.chunked_h5()
-    ram, ram_s = timed(lambda: data.load(path, fields=["x", "y"], batch_size=BATCH, tier="ram", progress=False))
+    ram, ram_s = timed(
+        lambda: data.load(path, fields=["x", "y"], batch_size=BATCH, tier="ram", progress=False)
+    )
     sb = sample_bytes_of(ram)
     streams = {}
     for block in (1, CHUNK_ROWS):
-        streams[block] = data.load(path, fields=["x", "y"], batch_size=BATCH, tier="stream", shuffle_block=block, progress=False)
+        streams[block] = data.load(
+            path, fields=["x", "y"], batch_size=BATCH, tier="stream", shuffle_block=block, progress=False
+        )
     ttfb = {"ram_load_s": ram_s}
     for block, loader in streams.items():
         _, seconds = timed(lambda loader=loader: next(iter(loader)))
         ttfb[f"stream_block{block}_first_batch_s"] = seconds
         loader.set_epoch(loader.epoch + 1)  # drop the half-served epoch; rounds serve whole epochs
     base = Arm("data.load ram", whole_epochs(ram, sb), unit="epoch", describe="tier='ram', shuffle_block=1")
-    s1 = Arm("data.load stream, shuffle_block=1", whole_epochs(streams[1], sb), unit="epoch",
-             describe="tier='stream', full shuffle")
-    sc = Arm(f"data.load stream, shuffle_block={CHUNK_ROWS}", whole_epochs(streams[CHUNK_ROWS], sb), unit="epoch",
-             describe=f"tier='stream', shuffle_block={CHUNK_ROWS} (the chunk length)")
+    s1 = Arm(
+        "data.load stream, shuffle_block=1",
+        whole_epochs(streams[1], sb),
+        unit="epoch",
+        describe="tier='stream', full shuffle",
+    )
+    sc = Arm(
+        f"data.load stream, shuffle_block={CHUNK_ROWS}",
+        whole_epochs(streams[CHUNK_ROWS], sb),
+        unit="epoch",
+        describe=f"tier='stream', shuffle_block={CHUNK_ROWS} (the chunk length)",
+    )
     interleave([base, s1, sc], ctx.size.rounds, ctx.size.block_s)
     comparisons = [
-        compare("context: stream (shuffle_block=1) vs ram", s1, base, what="samples", threshold=0.0, source="context", goal="-"),
-        compare(f"context: stream (shuffle_block={CHUNK_ROWS}) vs ram", sc, base, what="samples", threshold=0.0,
-                source="context", goal="-"),
-        compare(f"stream: shuffle_block={CHUNK_ROWS} vs shuffle_block=1", sc, s1, what="samples", threshold=1.0,
-                source="expectation", goal="chunk-aligned blocks faster than a full shuffle"),
+        compare(
+            "context: stream (shuffle_block=1) vs ram",
+            s1,
+            base,
+            what="samples",
+            threshold=0.0,
+            source="context",
+            goal="-",
+        ),
+        compare(
+            f"context: stream (shuffle_block={CHUNK_ROWS}) vs ram",
+            sc,
+            base,
+            what="samples",
+            threshold=0.0,
+            source="context",
+            goal="-",
+        ),
+        compare(
+            f"stream: shuffle_block={CHUNK_ROWS} vs shuffle_block=1",
+            sc,
+            s1,
+            what="samples",
+            threshold=1.0,
+            source="expectation",
+            goal="chunk-aligned blocks faster than a full shuffle",
+        ),
     ]
     for c in comparisons[:2]:
         c["pass"] = None
     facts = {f"stream_block{b}": loader._tier.facts for b, loader in streams.items()}
-    return {"rows": ctx.size.stream_rows, "sample_bytes": sb, "data_bytes": ctx.size.stream_rows * sb,
-            "chunk_rows": CHUNK_ROWS, "arms": [base, s1, sc], "comparisons": comparisons, "ttfb": ttfb, "facts": facts,
-            "cleanup": [loader.close for loader in (ram, *streams.values())],
-            "profile_arm": 2}  # the chunk-aligned stream (its reader thread is not in the profile)
+    return {
+        "rows": ctx.size.stream_rows,
+        "sample_bytes": sb,
+        "data_bytes": ctx.size.stream_rows * sb,
+        "chunk_rows": CHUNK_ROWS,
+        "arms": [base, s1, sc],
+        "comparisons": comparisons,
+        "ttfb": ttfb,
+        "facts": facts,
+        "cleanup": [loader.close for loader in (ram, *streams.values())],
+        "profile_arm": 2,
+    }  # the chunk-aligned stream (its reader thread is not in the profile)
 
 
 RUNNERS = {
@@ -787,14 +1059,18 @@ class Context:
     def small_h5(self) -> Path:
         if self._small is None:
             self._small = self.work / "small.h5"
-            _progress(f"writing {self._small.name}: {self.size.rows:,} rows of {FEATURES} float32 + int64 label")
+            _progress(
+                f"writing {self._small.name}: {self.size.rows:,} rows of {FEATURES} float32 + int64 label"
+            )
             write_h5(self._small, self.size.rows, seed=1)
         return self._small
 
     def chunked_h5(self) -> Path:
         if self._chunked is None:
             self._chunked = self.work / "chunked.h5"
-            _progress(f"writing {self._chunked.name}: {self.size.stream_rows:,} rows, {CHUNK_ROWS}-row chunks")
+            _progress(
+                f"writing {self._chunked.name}: {self.size.stream_rows:,} rows, {CHUNK_ROWS}-row chunks"
+            )
             write_h5(self._chunked, self.size.stream_rows, seed=2, chunks=CHUNK_ROWS)
         return self._chunked
 
@@ -810,8 +1086,10 @@ class Context:
             y = rng.integers(0, 10, n)
             conn = sqlite3.connect(self._db)
             conn.execute("CREATE TABLE samples (id INTEGER PRIMARY KEY, x BLOB NOT NULL, y INTEGER NOT NULL)")
-            conn.executemany("INSERT INTO samples (id, x, y) VALUES (?, ?, ?)",
-                             ((i + 1, x[i].tobytes(), int(y[i])) for i in range(n)))
+            conn.executemany(
+                "INSERT INTO samples (id, x, y) VALUES (?, ?, ?)",
+                ((i + 1, x[i].tobytes(), int(y[i])) for i in range(n)),
+            )
             conn.commit()
             conn.close()
         return self._db
@@ -830,8 +1108,10 @@ def _rate(value: float, what: str) -> str:
 
 def print_section(name: str, result: dict[str, Any]) -> None:
     what = result.get("what", "samples")
-    print(f"\n[{name}] {result['rows']:,} rows x {result['sample_bytes']} B; "
-          f"{len(result['arms'][0]['per_round'])} interleaved rounds")
+    print(
+        f"\n[{name}] {result['rows']:,} rows x {result['sample_bytes']} B; "
+        f"{len(result['arms'][0]['per_round'])} interleaved rounds"
+    )
     header = f"{'arm':<38} {'median':>12} {'min..max':>23} {'block':>10}"
     print(header)
     print("-" * len(header))
@@ -842,8 +1122,12 @@ def print_section(name: str, result: dict[str, Any]) -> None:
     cpu = result.get("cpu")
     if cpu:
         other = cpu["other_processes_cores"]
-        print(f"cores busy: this process {cpu['own_cores']:.2f}, children {cpu['children_cores']:.2f}, "
-              f"other processes {other:.2f}" if other is not None else "")
+        print(
+            f"cores busy: this process {cpu['own_cores']:.2f}, children {cpu['children_cores']:.2f}, "
+            f"other processes {other:.2f}"
+            if other is not None
+            else ""
+        )
     if "ttfb" in result:
         shown = {k: (statistics.median(v) if isinstance(v, list) else v) for k, v in result["ttfb"].items()}
         print("time to first batch / load: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in shown.items()))
@@ -879,11 +1163,15 @@ def print_summary(comparisons: list[dict[str, Any]]) -> None:
 
 
 def print_profile(p: dict[str, Any]) -> None:
-    print(f"\ncProfile of '{p['arm']}': {p['samples']:,} samples, {p['wall_s']:.2f} s wall under the profiler")
+    print(
+        f"\ncProfile of '{p['arm']}': {p['samples']:,} samples, {p['wall_s']:.2f} s wall under the profiler"
+    )
     print(f"{'own s':>7} {'share':>6} {'us/batch':>9} {'calls':>9}  function")
     for row in p["top_own_time"]:
         per = f"{row['own_us_per_batch']:.1f}" if row["own_us_per_batch"] is not None else "-"
-        print(f"{row['own_s']:7.3f} {100 * row['own_share']:5.1f}% {per:>9} {row['calls']:>9}  {row['function']} ({row['where']})")
+        print(
+            f"{row['own_s']:7.3f} {100 * row['own_share']:5.1f}% {per:>9} {row['calls']:>9}  {row['function']} ({row['where']})"
+        )
 
 
 def own_cpu_s() -> tuple[float, float]:
@@ -893,7 +1181,9 @@ def own_cpu_s() -> tuple[float, float]:
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
 
-def cpu_use(before: tuple[float, float | None, float, float], after: tuple[float, float | None, float, float]) -> dict[str, Any]:
+def cpu_use(
+    before: tuple[float, float | None, float, float], after: tuple[float, float | None, float, float]
+) -> dict[str, Any]:
     """Cores kept busy during a section: by this process, its children, and everything else."""
     wall = after[0] - before[0]
     own, kids = (after[2] - before[2]) / wall, (after[3] - before[3]) / wall
@@ -916,23 +1206,56 @@ def _progress(message: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION", help=f"run only these sections ({', '.join(SECTIONS)})")
-    parser.add_argument("--skip", nargs="+", choices=SECTIONS, metavar="SECTION", default=[], help="leave these sections out")
-    parser.add_argument("--quick", action="store_true", help="small data, 3 short rounds: a smoke check in < 60 s; writes nothing unless --out")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        metavar="SECTION",
+        help=f"run only these sections ({', '.join(SECTIONS)})",
+    )
+    parser.add_argument(
+        "--skip", nargs="+", choices=SECTIONS, metavar="SECTION", default=[], help="leave these sections out"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small data, 3 short rounds: a smoke check in < 60 s; writes nothing unless --out",
+    )
     parser.add_argument("--rounds", type=int, help="interleaved rounds per comparison (default 9; --quick 3)")
-    parser.add_argument("--block-seconds", type=float, help="seconds per arm per round (default 0.4; --quick 0.12)")
-    parser.add_argument("--rows", type=int, help="rows of the small-row HDF5 file (h5py, tensor, disk; default 150,000)")
-    parser.add_argument("--stream-rows", type=int, help="rows of the chunked HDF5 file (default 1,500,000: ~400 MB, 3 stream windows)")
-    parser.add_argument("--profile", action="store_true", help="cProfile the loader arm of every section run (missed goals are always profiled)")
-    parser.add_argument("--workdir", type=Path, help="where the generated files go (default: a temporary folder, removed at the end)")
+    parser.add_argument(
+        "--block-seconds", type=float, help="seconds per arm per round (default 0.4; --quick 0.12)"
+    )
+    parser.add_argument(
+        "--rows", type=int, help="rows of the small-row HDF5 file (h5py, tensor, disk; default 150,000)"
+    )
+    parser.add_argument(
+        "--stream-rows",
+        type=int,
+        help="rows of the chunked HDF5 file (default 1,500,000: ~400 MB, 3 stream windows)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile the loader arm of every section run (missed goals are always profiled)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="where the generated files go (default: a temporary folder, removed at the end)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; write no result file")
-    parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/data_tiers-<date>.json)")
+    parser.add_argument(
+        "--out", type=Path, help="result file (default benchmarks/results/data_tiers-<date>.json)"
+    )
     args = parser.parse_args()
 
     missing = [m for m in ("torch", "numpy", "h5py", "sqlalchemy", "psutil") if _missing(m)]
     if missing:
-        print(f"data_tiers: missing {', '.join(missing)}; install the project with its data extras "
-              f"(pip install -e '.[hdf5,sql]') into the virtualenv you run this with.", file=sys.stderr)
+        print(
+            f"data_tiers: missing {', '.join(missing)}; install the project with its data extras "
+            f"(pip install -e '.[hdf5,sql]') into the virtualenv you run this with.",
+            file=sys.stderr,
+        )
         return 2
     import torch
 
@@ -957,8 +1280,15 @@ def main() -> int:
         **env,
         "device": "cpu",
         "torch_threads": torch.get_num_threads(),
-        "settings": {"quick": args.quick, "sections": chosen, "batch_size": BATCH, **size.__dict__,
-                     "features": FEATURES, "gather_features": GATHER_FEATURES, "chunk_rows": CHUNK_ROWS},
+        "settings": {
+            "quick": args.quick,
+            "sections": chosen,
+            "batch_size": BATCH,
+            **size.__dict__,
+            "features": FEATURES,
+            "gather_features": GATHER_FEATURES,
+            "chunk_rows": CHUNK_ROWS,
+        },
         "sections": {},
     }
     ctx = Context(work, size)
@@ -993,14 +1323,18 @@ def main() -> int:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
     verdicts = [c["pass"] for c in everything if c["pass"] is not None]
-    result["summary"] = [{k: c[k] for k in ("name", "measure", "ratio", "threshold", "threshold_source", "goal", "pass")}
-                         for c in everything]
+    result["summary"] = [
+        {k: c[k] for k in ("name", "measure", "ratio", "threshold", "threshold_source", "goal", "pass")}
+        for c in everything
+    ]
     result["pass"] = all(verdicts)
     result["load_average_after"] = _env.load_average()
     result["benchmark_seconds"] = time.perf_counter() - started
     print_summary(everything)
-    print(f"\n{sum(bool(v) for v in verdicts)} of {len(verdicts)} thresholds met; {result['benchmark_seconds']:.0f} s; "
-          f"torch threads {result['torch_threads']}, load average after {result['load_average_after']}")
+    print(
+        f"\n{sum(bool(v) for v in verdicts)} of {len(verdicts)} thresholds met; {result['benchmark_seconds']:.0f} s; "
+        f"torch threads {result['torch_threads']}, load average after {result['load_average_after']}"
+    )
     if args.out or not (args.no_write or args.quick):
         path = args.out or _env.results_path("data_tiers")
         path.parent.mkdir(parents=True, exist_ok=True)

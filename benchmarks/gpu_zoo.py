@@ -64,7 +64,11 @@ def expectation(script: Path) -> tuple[dict[str, Any], str]:
     tree = ast.parse(text, filename=str(script))
     expect = None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and getattr(node.targets[0], "id", None) == "EXPECT":
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and getattr(node.targets[0], "id", None) == "EXPECT"
+        ):
             expect = ast.literal_eval(node.value)
             break
     if not isinstance(expect, dict) or "bottleneck" not in expect:
@@ -88,7 +92,9 @@ def check(expect: dict[str, Any], where: str, report: dict[str, Any], want_cuda:
         problems.append(f"bottleneck {report.get('bottleneck')!r}, expected {expect['bottleneck']!r}")
     if expect["bottleneck"] is None:  # a script that ends before any step: its line, no verdict
         if report.get("evidence") != "none" or report.get("findings"):
-            problems.append(f"evidence {report.get('evidence')!r} with {len(report.get('findings') or [])} finding(s)")
+            problems.append(
+                f"evidence {report.get('evidence')!r} with {len(report.get('findings') or [])} finding(s)"
+            )
         if f"(at {where})" not in (report.get("message") or ""):
             problems.append(f"message {report.get('message')!r} does not name {where}")
         return problems
@@ -127,8 +133,15 @@ def run_scenario(script: Path, timeout: float, want_cuda: bool) -> dict[str, Any
         command = [sys.executable, "-m", "trainmedic", "run", "--quiet", "--json", str(out), script.name]
         started = time.perf_counter()
         try:
-            done = subprocess.run(command, check=False, cwd=script.parent, capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            done = subprocess.run(
+                command,
+                check=False,
+                cwd=script.parent,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
             exit_code, stderr = done.returncode, done.stderr
         except subprocess.TimeoutExpired as exc:
             exit_code, stderr = None, f"timed out after {timeout:.0f} s\n{(exc.stderr or b'')[-2000:]!r}"
@@ -142,8 +155,11 @@ def run_scenario(script: Path, timeout: float, want_cuda: bool) -> dict[str, Any
         "wall_s": wall,
     }
     if exit_code != expect.get("exit_code", 0) or report is None:
-        result.update(passed=False, problems=[f"exit code {exit_code}" + ("" if report else ", no report")],
-                      stderr_tail=stderr[-3000:])
+        result.update(
+            passed=False,
+            problems=[f"exit code {exit_code}" + ("" if report else ", no report")],
+            stderr_tail=stderr[-3000:],
+        )
         return result
     top = (report.get("findings") or [{}])[0]
     problems = check(expect, where, report, want_cuda)
@@ -171,14 +187,20 @@ def print_table(results: list[dict[str, Any]], device: str) -> None:
         if "top" in r:
             top = r["top"]
             where = (top.get("where") or "?").rsplit(":", 1)
-            at = where[-1] if len(where) == 2 and where[0] == r["expect_where"].split(":")[0] else top.get("where")
+            at = (
+                where[-1]
+                if len(where) == 2 and where[0] == r["expect_where"].split(":")[0]
+                else top.get("where")
+            )
             got = f"{r['bottleneck']}/{top.get('kind') or '-'} @{at}"
             speedup = f"{top.get('expected_speedup') or 0:.2f}x"
             steps = str(r["steps"].get("count"))
         else:
             got, speedup, steps = f"exit {r['exit_code']}", "-", "-"
-        print(f"{r['scenario']:<22} {'yes' if e.get('gpu_only') else 'no':>3} {expected:<34} {got:<34} {speedup:>7} "
-              f"{steps:>6} {r['wall_s']:5.1f}s  {'PASS' if r['passed'] else 'FAIL'}")
+        print(
+            f"{r['scenario']:<22} {'yes' if e.get('gpu_only') else 'no':>3} {expected:<34} {got:<34} {speedup:>7} "
+            f"{steps:>6} {r['wall_s']:5.1f}s  {'PASS' if r['passed'] else 'FAIL'}"
+        )
         for problem in r["problems"]:
             print(f"{'':<27}- {problem}")
     passed = sum(r["passed"] for r in results)
@@ -189,21 +211,37 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--all", action="store_true", help="also run the scenarios that are not gpu_only")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run just these scenarios (file stems)")
-    parser.add_argument("--scenarios", type=Path, default=SCENARIOS, help="the scenario folder (default tests/scenarios)")
+    parser.add_argument(
+        "--scenarios", type=Path, default=SCENARIOS, help="the scenario folder (default tests/scenarios)"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds per scenario (default 600)")
-    parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/gpu-zoo-<device>-<date>.json)")
+    parser.add_argument(
+        "--out", type=Path, help="result file (default benchmarks/results/gpu-zoo-<device>-<date>.json)"
+    )
     parser.add_argument("--cpu", action="store_true", help="check the harness on this CPU; writes nothing")
     args = parser.parse_args()
 
     gpu: dict[str, Any] | None = None
     if not args.cpu:
-        probe = subprocess.run([sys.executable, "-c", _PROBE, str(_env.BENCHMARKS)], check=False, capture_output=True, text=True, timeout=300)
-        answer = json.loads(probe.stdout.strip().splitlines()[-1]) if probe.returncode == 0 and probe.stdout.strip() else {
-            "error": f"the CUDA probe failed (exit {probe.returncode}): {probe.stderr.strip()[-500:]}"}
+        probe = subprocess.run(
+            [sys.executable, "-c", _PROBE, str(_env.BENCHMARKS)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        answer = (
+            json.loads(probe.stdout.strip().splitlines()[-1])
+            if probe.returncode == 0 and probe.stdout.strip()
+            else {"error": f"the CUDA probe failed (exit {probe.returncode}): {probe.stderr.strip()[-500:]}"}
+        )
         if answer.get("error") or not answer.get("gpu"):
-            print(f"gpu_zoo: no CUDA device: {answer.get('error', 'none visible')}.\n"
-                  "gpu_zoo: the GPU-only verdicts can only be checked on a machine with CUDA; nothing was run or written. "
-                  "(--cpu checks the harness itself on this machine.)", file=sys.stderr)
+            print(
+                f"gpu_zoo: no CUDA device: {answer.get('error', 'none visible')}.\n"
+                "gpu_zoo: the GPU-only verdicts can only be checked on a machine with CUDA; nothing was run or written. "
+                "(--cpu checks the harness itself on this machine.)",
+                file=sys.stderr,
+            )
             return 2
         gpu = answer["gpu"]
 
@@ -217,14 +255,20 @@ def main() -> int:
         known = {s.stem for s, _ in declared}
         missing = sorted(set(args.only) - known)
         if missing:
-            print(f"gpu_zoo: no such scenario: {', '.join(missing)} (have: {', '.join(sorted(known))})", file=sys.stderr)
+            print(
+                f"gpu_zoo: no such scenario: {', '.join(missing)} (have: {', '.join(sorted(known))})",
+                file=sys.stderr,
+            )
             return 3
         selected = [(s, e) for s, e in declared if s.stem in args.only]
     else:
         selected = [(s, e) for s, e in declared if args.all or e.get("gpu_only")]
     if not selected:
-        print(f"gpu_zoo: no scenario in {args.scenarios} declares \"gpu_only\": True; "
-              "--all runs the others on this machine too. Nothing was run or written.", file=sys.stderr)
+        print(
+            f'gpu_zoo: no scenario in {args.scenarios} declares "gpu_only": True; '
+            "--all runs the others on this machine too. Nothing was run or written.",
+            file=sys.stderr,
+        )
         return 3
 
     device = gpu["name"] if gpu else "this CPU (harness check)"
@@ -232,7 +276,9 @@ def main() -> int:
     results = []
     for i, (script, expect) in enumerate(selected, 1):
         print(f"[gpu_zoo] {i}/{len(selected)} {script.name} ...", file=sys.stderr, flush=True)
-        results.append(run_scenario(script, args.timeout, want_cuda=bool(gpu) and bool(expect.get("gpu_only"))))
+        results.append(
+            run_scenario(script, args.timeout, want_cuda=bool(gpu) and bool(expect.get("gpu_only")))
+        )
     print_table(results, device)
 
     if gpu is None:
@@ -245,7 +291,9 @@ def main() -> int:
             "gpu": gpu,
             "settings": {
                 "scenarios": os.path.relpath(args.scenarios, _env.REPO),
-                "selection": "only " + " ".join(args.only) if args.only else ("all" if args.all else "gpu_only"),
+                "selection": "only " + " ".join(args.only)
+                if args.only
+                else ("all" if args.all else "gpu_only"),
                 "command": "python -m trainmedic run --quiet --json REPORT SCENARIO.py (cwd: the scenarios folder)",
                 "growth_threshold": GROWTH,
             },

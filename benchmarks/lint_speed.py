@@ -64,17 +64,25 @@ def main() -> int:
         root = Path(folder)
         lines, files = build_tree(root, args.lines)
         paths = sorted(str(p) for p in root.rglob("*.py"))
-        ruff = shutil.which("ruff") or (str(Path(sys.executable).parent / "ruff") if (Path(sys.executable).parent / "ruff").exists() else None)
+        ruff = shutil.which("ruff") or (
+            str(Path(sys.executable).parent / "ruff")
+            if (Path(sys.executable).parent / "ruff").exists()
+            else None
+        )
         arms = {
             "lint (in-process)": lambda: lint_paths([folder]),
             "trainmedic lint (process)": lambda: subprocess.run(
-                [sys.executable, "-m", "trainmedic", "lint", "--json", folder], capture_output=True, check=False
+                [sys.executable, "-m", "trainmedic", "lint", "--json", folder],
+                capture_output=True,
+                check=False,
             ),
             "ast.parse only (floor)": lambda: [ast.parse(Path(p).read_bytes(), p) for p in paths],
         }
         if ruff:
             arms["ruff check (compiled, for scale)"] = lambda: subprocess.run(
-                [ruff, "check", "--no-cache", "--select", "E,F,B", "--quiet", folder], capture_output=True, check=False
+                [ruff, "check", "--no-cache", "--select", "E,F,B", "--quiet", folder],
+                capture_output=True,
+                check=False,
             )
         findings = len(lint_paths([folder]).violations)
         samples: dict[str, list[float]] = {name: [] for name in arms}
@@ -89,7 +97,9 @@ def main() -> int:
         median = medians[name]
         print(f"{name:<34} {median:9.3f} {min(values):7.3f} {max(values):7.3f} {lines / median:10,.0f}")
     verdict = medians["trainmedic lint (process)"] < GOAL_SECONDS
-    print(f"goal: the whole command under {GOAL_SECONDS:.0f} s on {lines:,} lines -> {'met' if verdict else 'NOT met'}")
+    print(
+        f"goal: the whole command under {GOAL_SECONDS:.0f} s on {lines:,} lines -> {'met' if verdict else 'NOT met'}"
+    )
 
     result = {
         "benchmark": "lint_speed",

@@ -82,9 +82,21 @@ DIAGNOSTIC_ARMS: dict[str, list[str]] = {
 CHILD_ENV = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def workload_command(prefix: list[str], steps: int, mark_step: int, out: Path, extra: list[str] = ()) -> list[str]:
+def workload_command(
+    prefix: list[str], steps: int, mark_step: int, out: Path, extra: list[str] = ()
+) -> list[str]:
     workload = os.path.relpath(WORKLOAD, _env.REPO)
-    return [*prefix, workload, "--steps", str(steps), "--mark-step", str(mark_step), "--out", str(out), *extra]
+    return [
+        *prefix,
+        workload,
+        "--steps",
+        str(steps),
+        "--mark-step",
+        str(mark_step),
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 # -- 1. whole-process rounds ----------------------------------------------------------------
@@ -95,14 +107,24 @@ def run_once(arm: str, prefix: list[str], args: argparse.Namespace, tmp: Path, t
     command = workload_command(prefix, args.steps, args.warmup, out)
     busy_before, children_before = _env.system_busy_s(), _children_cpu_s()
     started = time.perf_counter()
-    done = subprocess.run(command, check=False, cwd=_env.REPO, env={**os.environ, **CHILD_ENV}, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        command,
+        check=False,
+        cwd=_env.REPO,
+        env={**os.environ, **CHILD_ENV},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     process_wall = time.perf_counter() - started
     own_cpu = _children_cpu_s() - children_before
     busy = _env.system_busy_s() - busy_before if busy_before is not None else None
     if done.returncode != 0 or not out.exists():
-        raise SystemExit(f"overhead: {arm} run failed (exit {done.returncode}): {' '.join(command)}\n{done.stderr[-3000:]}")
+        raise SystemExit(
+            f"overhead: {arm} run failed (exit {done.returncode}): {' '.join(command)}\n{done.stderr[-3000:]}"
+        )
     record = json.loads(out.read_text(encoding="utf-8"))
-    times = record["step_times_s"][args.warmup:]
+    times = record["step_times_s"][args.warmup :]
     steady = record.get("steady") or {}
     result: dict[str, Any] = {
         "arm": arm,
@@ -142,13 +164,15 @@ def measure_rounds(arms: dict[str, list[str]], args: argparse.Namespace) -> dict
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="trainmedic-overhead-") as tmp:
         for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]  # rotate: each arm leads in turn
+            order = names[r % len(names) :] + names[: r % len(names)]  # rotate: each arm leads in turn
             for position, name in enumerate(order):
                 result = run_once(name, arms[name], args, Path(tmp), f"r{r}-{name}")
                 result.update(round=r, position=position)
                 runs.append(result)
-                _progress(f"rounds {r + 1}/{args.rounds} {name:<12} {result['median_ms']:7.3f} ms/step  "
-                          f"(process {result['process_wall_s']:.1f} s, background {result['background_cores'] or 0:.2f} cores)")
+                _progress(
+                    f"rounds {r + 1}/{args.rounds} {name:<12} {result['median_ms']:7.3f} ms/step  "
+                    f"(process {result['process_wall_s']:.1f} s, background {result['background_cores'] or 0:.2f} cores)"
+                )
 
     by_arm = {name: [run for run in runs if run["arm"] == name] for name in names}
     base = by_arm["baseline"]
@@ -176,7 +200,9 @@ def measure_rounds(arms: dict[str, list[str]], args: argparse.Namespace) -> dict
                 paired_min_pct=min(paired),
                 paired_max_pct=max(paired),
                 paired_median_pct=statistics.median(paired),
-                thread_cpu_overhead_pct=100 * (entry["thread_cpu_ms_per_step"] / base_cpu - 1) if base_cpu else None,
+                thread_cpu_overhead_pct=100 * (entry["thread_cpu_ms_per_step"] / base_cpu - 1)
+                if base_cpu
+                else None,
                 process_wall_extra_s=entry["process_wall_s"] - base_wall,
             )
             samplers = [run["sampler"] for run in arm_runs if run.get("sampler")]
@@ -211,31 +237,61 @@ def measure_blocks(args: argparse.Namespace, configs: dict[str, float]) -> dict[
             for run in range(args.block_runs):
                 first = "watched" if run % 2 == 0 else "plain"
                 out = Path(tmp) / f"{name}-{run}.json"
-                extra = ["--toggle-watch", str(k), "--toggle-first", first, "--toggle-interval-ms", repr(interval_ms)]
+                extra = [
+                    "--toggle-watch",
+                    str(k),
+                    "--toggle-first",
+                    first,
+                    "--toggle-interval-ms",
+                    repr(interval_ms),
+                ]
                 command = workload_command([sys.executable], args.block_steps, args.warmup, out, extra)
                 started = time.perf_counter()
-                done = subprocess.run(command, check=False, cwd=_env.REPO, env={**os.environ, **CHILD_ENV}, capture_output=True, text=True, timeout=900)
+                done = subprocess.run(
+                    command,
+                    check=False,
+                    cwd=_env.REPO,
+                    env={**os.environ, **CHILD_ENV},
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 if done.returncode != 0 or not out.exists():
-                    raise SystemExit(f"overhead: in-process blocks failed (exit {done.returncode}): {' '.join(command)}\n{done.stderr[-3000:]}")
+                    raise SystemExit(
+                        f"overhead: in-process blocks failed (exit {done.returncode}): {' '.join(command)}\n{done.stderr[-3000:]}"
+                    )
                 record = json.loads(out.read_text(encoding="utf-8"))
                 times, watched = record["step_times_s"], record["watched"]
                 # Block medians after the warm-up; a new session's first steps dropped in both arms.
-                blocks = [(watched[b * k], statistics.median(times[b * k + drop:(b + 1) * k]))
-                          for b in range(len(times) // k) if b * k >= args.warmup]
+                blocks = [
+                    (watched[b * k], statistics.median(times[b * k + drop : (b + 1) * k]))
+                    for b in range(len(times) // k)
+                    if b * k >= args.warmup
+                ]
                 for b in range(len(times) // k):
                     if b * k >= args.warmup:
-                        pooled[watched[b * k]].extend(times[b * k + drop:(b + 1) * k])
+                        pooled[watched[b * k]].extend(times[b * k + drop : (b + 1) * k])
                 # Each watched block against the mean of the plain blocks on either side (A-B-A): a
                 # steady drift of the machine's speed cancels, whichever arm the run starts with.
-                run_ratios = [100 * (blocks[i][1] / (0.5 * (blocks[i - 1][1] + blocks[i + 1][1])) - 1)
-                              for i in range(1, len(blocks) - 1)
-                              if blocks[i][0] and not blocks[i - 1][0] and not blocks[i + 1][0]]
+                run_ratios = [
+                    100 * (blocks[i][1] / (0.5 * (blocks[i - 1][1] + blocks[i + 1][1])) - 1)
+                    for i in range(1, len(blocks) - 1)
+                    if blocks[i][0] and not blocks[i - 1][0] and not blocks[i + 1][0]
+                ]
                 ratios.extend(run_ratios)
-                per_run.append({"first": first, "cycles": len(run_ratios), "median_pct": statistics.median(run_ratios),
-                                "wall_s": time.perf_counter() - started,
-                                "block_medians_ms": [[int(w), round(m * 1e3, 4)] for w, m in blocks]})
-                _progress(f"in-process blocks {name} run {run + 1}/{args.block_runs}: {statistics.median(run_ratios):+.2f}% "
-                          f"over {len(run_ratios)} cycles ({time.perf_counter() - started:.0f} s)")
+                per_run.append(
+                    {
+                        "first": first,
+                        "cycles": len(run_ratios),
+                        "median_pct": statistics.median(run_ratios),
+                        "wall_s": time.perf_counter() - started,
+                        "block_medians_ms": [[int(w), round(m * 1e3, 4)] for w, m in blocks],
+                    }
+                )
+                _progress(
+                    f"in-process blocks {name} run {run + 1}/{args.block_runs}: {statistics.median(run_ratios):+.2f}% "
+                    f"over {len(run_ratios)} cycles ({time.perf_counter() - started:.0f} s)"
+                )
             low, high = _bootstrap_median_ci(ratios)
             summary[name] = {
                 "interval_ms": interval_ms,
@@ -245,13 +301,16 @@ def measure_blocks(args: argparse.Namespace, configs: dict[str, float]) -> dict[
                 "overhead_pct": statistics.median(ratios),
                 "ci95_pct": [low, high],
                 "iqr_pct": [_quantile(ratios, 0.25), _quantile(ratios, 0.75)],
-                "pooled_overhead_pct": 100 * (statistics.median(pooled[True]) / statistics.median(pooled[False]) - 1),
+                "pooled_overhead_pct": 100
+                * (statistics.median(pooled[True]) / statistics.median(pooled[False]) - 1),
                 "runs": per_run,
             }
     return {
-        "method": ("in-process blocks: one process alternates every block between a WatchSession (what trainmedic run "
-                   "drives) and no watcher; overhead = median over watched blocks of (block median / mean of the two "
-                   "neighbouring plain block medians - 1), bootstrap 95% CI"),
+        "method": (
+            "in-process blocks: one process alternates every block between a WatchSession (what trainmedic run "
+            "drives) and no watcher; overhead = median over watched blocks of (block median / mean of the two "
+            "neighbouring plain block medians - 1), bootstrap 95% CI"
+        ),
         "runs_per_config": args.block_runs,
         "steps_per_run": args.block_steps,
         "block_steps": k,
@@ -320,8 +379,11 @@ def memory_child(specs: list[tuple[int, float]]) -> dict[str, Any]:
         from trainmedic.run.probe.frames import Classified
         from trainmedic.run.probe.recorder import Recorder
 
-        kinds = [Classified("compute", "forward", "train.py:41", work.__code__), Classified(None, "", "train.py:44", work.__code__),
-                 Classified("data", "loader", "train.py:38", work.__code__)]
+        kinds = [
+            Classified("compute", "forward", "train.py:41", work.__code__),
+            Classified(None, "", "train.py:44", work.__code__),
+            Classified("data", "loader", "train.py:38", work.__code__),
+        ]
         gc.collect()
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
@@ -330,17 +392,26 @@ def memory_child(specs: list[tuple[int, float]]) -> dict[str, Any]:
             rec.add(step, 0, step % 2 == 0, kinds[step % 3], 0.01)
         gc.collect()
         current, peak = tracemalloc.get_traced_memory()
-        out = {"sampled_steps": n, "retained_bytes": current - base, "peak_bytes": peak - base,
-               "per_step_samples": len(rec.per_step), "stride": rec.per_step.stride, "capacity": rec.per_step.capacity}
+        out = {
+            "sampled_steps": n,
+            "retained_bytes": current - base,
+            "peak_bytes": peak - base,
+            "per_step_samples": len(rec.per_step),
+            "stride": rec.per_step.stride,
+            "capacity": rec.per_step.capacity,
+        }
         del rec
         return out
 
     tracemalloc.start()
     one(500, 10.0)  # warm-up: lazy imports and one-off caches are not the watcher's per-step memory
     recorder(100)
-    return {"tracemalloc": True, "step": "~2 us of Python + trainmedic.step()",
-            "runs": [one(n, interval) for n, interval in specs],
-            "recorder": [recorder(n) for n in RECORDER_SAMPLES]}
+    return {
+        "tracemalloc": True,
+        "step": "~2 us of Python + trainmedic.step()",
+        "runs": [one(n, interval) for n, interval in specs],
+        "recorder": [recorder(n) for n in RECORDER_SAMPLES],
+    }
 
 
 def measure_memory() -> dict[str, Any]:
@@ -353,25 +424,36 @@ def measure_memory() -> dict[str, Any]:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     default = [r for r in result["runs"] if r["interval_ms"] == 10.0]
     small, large = default[0], default[-1]
-    capped = all(r["records"]["step_durations"] <= r["records"]["capacity"]
-                 and r["records"]["per_step_samples"] <= r["records"]["capacity"] for r in result["runs"])
+    capped = all(
+        r["records"]["step_durations"] <= r["records"]["capacity"]
+        and r["records"]["per_step_samples"] <= r["records"]["capacity"]
+        for r in result["runs"]
+    )
     rec_small, rec_large = result["recorder"][0], result["recorder"][-1]
-    recorder_flat = (rec_large["retained_bytes"] <= MEMORY_GROWTH_LIMIT * rec_small["retained_bytes"]
-                     and rec_large["per_step_samples"] <= rec_large["capacity"])
+    recorder_flat = (
+        rec_large["retained_bytes"] <= MEMORY_GROWTH_LIMIT * rec_small["retained_bytes"]
+        and rec_large["per_step_samples"] <= rec_large["capacity"]
+    )
     result.update(
         growth_bytes=large["retained_at_end_bytes"] - small["retained_at_end_bytes"],
-        growth_bytes_per_1000_steps=1000 * (large["retained_at_end_bytes"] - small["retained_at_end_bytes"]) / (large["steps"] - small["steps"]),
+        growth_bytes_per_1000_steps=1000
+        * (large["retained_at_end_bytes"] - small["retained_at_end_bytes"])
+        / (large["steps"] - small["steps"]),
         ratio_retained=large["retained_at_end_bytes"] / small["retained_at_end_bytes"],
         ratio_peak=large["peak_during_bytes"] / small["peak_during_bytes"],
         records_capped=capped,
         recorder_ratio_retained=rec_large["retained_bytes"] / rec_small["retained_bytes"],
         recorder_flat=recorder_flat,
-        criterion=(f"at the default 10 ms, retained and peak at {large['steps']:,} steps <= {MEMORY_GROWTH_LIMIT:g} x those at "
-                   f"{small['steps']:,} steps ({large['steps'] // small['steps']}x the steps); every record list <= its capacity; "
-                   f"a Recorder fed {rec_large['sampled_steps']:,} sampled steps retains <= {MEMORY_GROWTH_LIMIT:g} x one fed "
-                   f"{rec_small['sampled_steps']:,}"),
+        criterion=(
+            f"at the default 10 ms, retained and peak at {large['steps']:,} steps <= {MEMORY_GROWTH_LIMIT:g} x those at "
+            f"{small['steps']:,} steps ({large['steps'] // small['steps']}x the steps); every record list <= its capacity; "
+            f"a Recorder fed {rec_large['sampled_steps']:,} sampled steps retains <= {MEMORY_GROWTH_LIMIT:g} x one fed "
+            f"{rec_small['sampled_steps']:,}"
+        ),
         bounded=large["retained_at_end_bytes"] <= MEMORY_GROWTH_LIMIT * small["retained_at_end_bytes"]
-        and large["peak_during_bytes"] <= MEMORY_GROWTH_LIMIT * small["peak_during_bytes"] and capped and recorder_flat,
+        and large["peak_during_bytes"] <= MEMORY_GROWTH_LIMIT * small["peak_during_bytes"]
+        and capped
+        and recorder_flat,
     )
     return result
 
@@ -381,22 +463,32 @@ def measure_memory() -> dict[str, Any]:
 
 def print_report(result: dict[str, Any], args: argparse.Namespace) -> None:
     over = result["overhead"]
-    print(f"\ntrainmedic run overhead: {WORKLOAD.name} ({WORKLOAD_MODEL}); first {args.warmup} steps of every run dropped")
+    print(
+        f"\ntrainmedic run overhead: {WORKLOAD.name} ({WORKLOAD_MODEL}); first {args.warmup} steps of every run dropped"
+    )
     blocks = over.get("blocks")
     if blocks:
-        print(f"\nin-process blocks: {blocks['runs_per_config']} runs x {blocks['steps_per_run']} steps, "
-              f"{blocks['block_steps']}-step blocks alternating watched / plain, first {blocks['dropped_steps_per_block']} of each dropped")
+        print(
+            f"\nin-process blocks: {blocks['runs_per_config']} runs x {blocks['steps_per_run']} steps, "
+            f"{blocks['block_steps']}-step blocks alternating watched / plain, first {blocks['dropped_steps_per_block']} of each dropped"
+        )
         header = f"{'session':<12} {'plain ms':>9} {'watched ms':>10} {'cycles':>6} {'overhead':>9} {'95% CI':>15} {'cycle IQR':>17} {'pooled':>8}"
         print(header)
         print("-" * len(header))
         for name, c in blocks["configs"].items():
-            print(f"{name:<12} {c['plain_ms']:9.3f} {c['watched_ms']:10.3f} {c['cycles']:6d} {c['overhead_pct']:+8.2f}% "
-                  f"{_range(c['ci95_pct']):>15} {_range(c['iqr_pct']):>17} {c['pooled_overhead_pct']:+7.2f}%")
+            print(
+                f"{name:<12} {c['plain_ms']:9.3f} {c['watched_ms']:10.3f} {c['cycles']:6d} {c['overhead_pct']:+8.2f}% "
+                f"{_range(c['ci95_pct']):>15} {_range(c['iqr_pct']):>17} {c['pooled_overhead_pct']:+7.2f}%"
+            )
     rounds = over.get("rounds")
     if rounds:
-        print(f"\nwhole-process rounds: {rounds['rounds']} rounds x {rounds['steps_per_run']} steps, order rotated")
-        header = (f"{'arm':<12} {'ms/step':>8} {'rounds min..max':>17} {'overhead':>9} {'paired min..max':>17} "
-                  f"{'thread CPU':>10} {'sampler':>13} {'process':>8}")
+        print(
+            f"\nwhole-process rounds: {rounds['rounds']} rounds x {rounds['steps_per_run']} steps, order rotated"
+        )
+        header = (
+            f"{'arm':<12} {'ms/step':>8} {'rounds min..max':>17} {'overhead':>9} {'paired min..max':>17} "
+            f"{'thread CPU':>10} {'sampler':>13} {'process':>8}"
+        )
         print(header)
         print("-" * len(header))
         for name, arm in rounds["arms"].items():
@@ -408,17 +500,25 @@ def print_report(result: dict[str, Any], args: argparse.Namespace) -> None:
                 paired = _range([arm["paired_min_pct"], arm["paired_max_pct"]])
                 us = arm.get("sampler_busy_us_per_sample")
                 sampler = f"{us:.0f} us/sample" if us else "-"
-            print(f"{name:<12} {arm['median_ms']:8.3f} {spread:>17} {pct:>9} {paired:>17} "
-                  f"{arm['thread_cpu_ms_per_step']:8.3f}ms {sampler:>13} {arm['process_wall_s']:7.2f}s")
-        print(f"noise: baseline rounds differ by up to {rounds['baseline_noise_pct']:.1f}%; other processes kept "
-              f"{rounds['background_cores_median'] or 0:.2f} cores busy (median)")
+            print(
+                f"{name:<12} {arm['median_ms']:8.3f} {spread:>17} {pct:>9} {paired:>17} "
+                f"{arm['thread_cpu_ms_per_step']:8.3f}ms {sampler:>13} {arm['process_wall_s']:7.2f}s"
+            )
+        print(
+            f"noise: baseline rounds differ by up to {rounds['baseline_noise_pct']:.1f}%; other processes kept "
+            f"{rounds['background_cores_median'] or 0:.2f} cores busy (median)"
+        )
         head = rounds["arms"]["trainmedic"]
         if head.get("sampler_busy_us_per_sample"):
-            print(f"sampler (its own busy_seconds): {head['sampler_busy_us_per_sample']:.0f} us CPU per sample, "
-                  f"{head['sampler_busy_pct_of_wall']:.2f}% of a core, {head['sampler_samples_per_step']:.2f} samples/step; "
-                  f"training-thread CPU {head['thread_cpu_overhead_pct']:+.2f}%")
-        print(f"whole process: baseline {rounds['arms']['baseline']['process_wall_s']:.2f} s, trainmedic "
-              f"{head['process_wall_s']:.2f} s ({head['process_wall_extra_s']:+.2f} s: import, hooks, diagnosis; not per-step)")
+            print(
+                f"sampler (its own busy_seconds): {head['sampler_busy_us_per_sample']:.0f} us CPU per sample, "
+                f"{head['sampler_busy_pct_of_wall']:.2f}% of a core, {head['sampler_samples_per_step']:.2f} samples/step; "
+                f"training-thread CPU {head['thread_cpu_overhead_pct']:+.2f}%"
+            )
+        print(
+            f"whole process: baseline {rounds['arms']['baseline']['process_wall_s']:.2f} s, trainmedic "
+            f"{head['process_wall_s']:.2f} s ({head['process_wall_extra_s']:+.2f} s: import, hooks, diagnosis; not per-step)"
+        )
 
     verdict = "PASS" if over["pass"] else "FAIL"
     print(f"\noverhead ({over['method']}): {over['overhead_pct']:+.2f}%", end="")
@@ -428,41 +528,71 @@ def print_report(result: dict[str, Any], args: argparse.Namespace) -> None:
     memory = result.get("memory")
     if memory:
         print("\nwatcher memory (tracemalloc, cheap marker steps):")
-        print(f"{'steps':>9} {'interval':>8} {'retained':>11} {'peak':>11} {'with report':>12} {'after release':>14} "
-              f"{'loop':>7} {'samples':>7} {'records (stride)':>22}")
+        print(
+            f"{'steps':>9} {'interval':>8} {'retained':>11} {'peak':>11} {'with report':>12} {'after release':>14} "
+            f"{'loop':>7} {'samples':>7} {'records (stride)':>22}"
+        )
         for run in memory["runs"]:
             rec = run["records"]
-            records = (f"{rec['step_durations']}({rec['step_durations_stride']}) / "
-                       f"{rec['per_step_samples']}({rec['per_step_samples_stride']})")
-            print(f"{run['steps']:>9,} {run['interval_ms']:6g}ms {_kib(run['retained_at_end_bytes']):>11} {_kib(run['peak_during_bytes']):>11} "
-                  f"{_kib(run['retained_with_report_bytes']):>12} {_kib(run['after_release_bytes']):>14} {run['loop_s']:6.2f}s "
-                  f"{rec['samples']:>7} {records:>22}")
-        print(f"records: step durations / per-step sample slots kept (their decimation stride), capacity "
-              f"{memory['runs'][0]['records']['capacity']} each; sample slots grow with samples (wall time), not steps")
+            records = (
+                f"{rec['step_durations']}({rec['step_durations_stride']}) / "
+                f"{rec['per_step_samples']}({rec['per_step_samples_stride']})"
+            )
+            print(
+                f"{run['steps']:>9,} {run['interval_ms']:6g}ms {_kib(run['retained_at_end_bytes']):>11} {_kib(run['peak_during_bytes']):>11} "
+                f"{_kib(run['retained_with_report_bytes']):>12} {_kib(run['after_release_bytes']):>14} {run['loop_s']:6.2f}s "
+                f"{rec['samples']:>7} {records:>22}"
+            )
+        print(
+            f"records: step durations / per-step sample slots kept (their decimation stride), capacity "
+            f"{memory['runs'][0]['records']['capacity']} each; sample slots grow with samples (wall time), not steps"
+        )
         for rec in memory["recorder"]:
-            print(f"Recorder fed {rec['sampled_steps']:>7,} sampled steps: retained {_kib(rec['retained_bytes'])}, "
-                  f"peak {_kib(rec['peak_bytes'])}, {rec['per_step_samples']} slots kept (stride {rec['stride']})")
-        print(f"growth {memory['growth_bytes_per_1000_steps']:+.0f} B per 1,000 steps (retained x{memory['ratio_retained']:.2f}, "
-              f"peak x{memory['ratio_peak']:.2f}; Recorder x{memory['recorder_ratio_retained']:.2f})")
+            print(
+                f"Recorder fed {rec['sampled_steps']:>7,} sampled steps: retained {_kib(rec['retained_bytes'])}, "
+                f"peak {_kib(rec['peak_bytes'])}, {rec['per_step_samples']} slots kept (stride {rec['stride']})"
+            )
+        print(
+            f"growth {memory['growth_bytes_per_1000_steps']:+.0f} B per 1,000 steps (retained x{memory['ratio_retained']:.2f}, "
+            f"peak x{memory['ratio_peak']:.2f}; Recorder x{memory['recorder_ratio_retained']:.2f})"
+        )
         print(f"{memory['criterion']}: {'PASS' if memory['bounded'] else 'FAIL'}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("both", "blocks", "rounds"), default="both",
-                        help="which interleavings to run (default both; the verdict comes from the in-process blocks when run)")
+    parser.add_argument(
+        "--mode",
+        choices=("both", "blocks", "rounds"),
+        default="both",
+        help="which interleavings to run (default both; the verdict comes from the in-process blocks when run)",
+    )
     parser.add_argument("--rounds", type=int, default=8, help="whole-process rounds per arm (default 8)")
-    parser.add_argument("--steps", type=int, default=400, help="training steps per whole-process run (default 400)")
-    parser.add_argument("--block-runs", type=int, default=2, help="in-process block runs (processes) per config (default 2)")
-    parser.add_argument("--block-steps", type=int, default=2400, help="training steps per in-process run (default 2400)")
+    parser.add_argument(
+        "--steps", type=int, default=400, help="training steps per whole-process run (default 400)"
+    )
+    parser.add_argument(
+        "--block-runs", type=int, default=2, help="in-process block runs (processes) per config (default 2)"
+    )
+    parser.add_argument(
+        "--block-steps", type=int, default=2400, help="training steps per in-process run (default 2400)"
+    )
     parser.add_argument("--block", type=int, default=20, help="steps per in-process block (default 20)")
-    parser.add_argument("--block-drop", type=int, default=4,
-                        help="steps dropped at the start of every block: a new session's hook set-up and op census (default 4)")
-    parser.add_argument("--warmup", type=int, default=50, help="steps dropped at the start of every run (default 50)")
+    parser.add_argument(
+        "--block-drop",
+        type=int,
+        default=4,
+        help="steps dropped at the start of every block: a new session's hook set-up and op census (default 4)",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=50, help="steps dropped at the start of every run (default 50)"
+    )
     parser.add_argument("--decompose", action="store_true", help="add hooks-only and 1 ms sampler arms")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
     parser.add_argument("--no-write", action="store_true", help="print only; write no result file")
-    parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/overhead-<date>.json)")
+    parser.add_argument(
+        "--out", type=Path, help="result file (default benchmarks/results/overhead-<date>.json)"
+    )
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -471,7 +601,9 @@ def main() -> int:
         print(json.dumps(memory_child(specs)))
         return 0
     if args.warmup >= min(args.steps, args.block_steps) or args.block <= args.block_drop + 2:
-        parser.error("--warmup must be smaller than --steps and --block-steps, and --block larger than --block-drop + 2")
+        parser.error(
+            "--warmup must be smaller than --steps and --block-steps, and --block larger than --block-drop + 2"
+        )
 
     arms = dict(ARMS)
     if args.decompose:
@@ -505,14 +637,22 @@ def main() -> int:
         overhead["rounds"] = measure_rounds(arms, args)
     if "blocks" in overhead:
         head = overhead["blocks"]["configs"]["default"]
-        overhead.update(method="in-process blocks", overhead_pct=head["overhead_pct"], ci95_pct=head["ci95_pct"])
+        overhead.update(
+            method="in-process blocks", overhead_pct=head["overhead_pct"], ci95_pct=head["ci95_pct"]
+        )
     else:
         head = overhead["rounds"]["arms"]["trainmedic"]
-        overhead.update(method="whole-process rounds", overhead_pct=head["overhead_pct"],
-                        spread_pct=[head["paired_min_pct"], head["paired_max_pct"]])
+        overhead.update(
+            method="whole-process rounds",
+            overhead_pct=head["overhead_pct"],
+            spread_pct=[head["paired_min_pct"], head["paired_max_pct"]],
+        )
     if "rounds" in overhead:
         r = overhead["rounds"]["arms"]["trainmedic"]
-        overhead.update(rounds_overhead_pct=r["overhead_pct"], rounds_spread_pct=[r["paired_min_pct"], r["paired_max_pct"]])
+        overhead.update(
+            rounds_overhead_pct=r["overhead_pct"],
+            rounds_spread_pct=[r["paired_min_pct"], r["paired_max_pct"]],
+        )
     overhead.update(goal_pct=GOAL_PCT, **{"pass": overhead["overhead_pct"] <= GOAL_PCT})
     if "ci95_pct" in overhead:
         overhead["pass_with_confidence"] = overhead["ci95_pct"][1] <= GOAL_PCT

@@ -48,8 +48,16 @@ JUDGED_BY_ALLOCATOR = {"lstm"}
 
 def run_child(name: str, batch_sizes: tuple[int, ...], allocated: bool = False) -> list[dict[str, Any]]:
     """Real measurements in a fresh process (``plan_zoo.py``'s ``measure``), one per batch size."""
-    args = [sys.executable, str(ZOO_SCRIPT), *(["--allocated"] if allocated else []), name, *map(str, batch_sizes)]
-    done = subprocess.run(args, env={**os.environ, **CHILD_ENV}, capture_output=True, text=True, timeout=300, check=False)
+    args = [
+        sys.executable,
+        str(ZOO_SCRIPT),
+        *(["--allocated"] if allocated else []),
+        name,
+        *map(str, batch_sizes),
+    ]
+    done = subprocess.run(
+        args, env={**os.environ, **CHILD_ENV}, capture_output=True, text=True, timeout=300, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args[1:])} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -71,12 +79,17 @@ def planned(name: str, batch_size: int) -> dict[str, Any]:
     from trainmedic.plan import plan_memory
 
     plan = plan_memory(plan_zoo.ZOO[name][0], batch_size, device="cpu")
-    return {"peak_bytes": plan.peak_bytes, "exact": plan.exact, "warnings": list(plan.warnings),
-            "breakdown": plan.to_dict().get("breakdown")}
+    return {
+        "peak_bytes": plan.peak_bytes,
+        "exact": plan.exact,
+        "warnings": list(plan.warnings),
+        "breakdown": plan.to_dict().get("breakdown"),
+    }
 
 
-def compare_many(cases: list[tuple[str, int, int]], repeats: int = 3, allocated: bool = False,
-                 jobs: int = 1) -> list[dict[str, Any]]:
+def compare_many(
+    cases: list[tuple[str, int, int]], repeats: int = 3, allocated: bool = False, jobs: int = 1
+) -> list[dict[str, Any]]:
     """Planned against measured growth of the peak from B1 to B2, one row per ``(model, B1, B2)``.
 
     Each repeat is one fresh process that warms up at B1 and then measures B1 and B2. Every
@@ -127,28 +140,46 @@ def _row(name: str, b1: int, b2: int, plans: dict, runs: dict, alloc: dict) -> d
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'model':<19} {'B1':>5} {'B2':>5} {'planned growth':>15} {'measured growth':>16} {'error':>8}"
-            f"  {'alloc growth':>13} {'plan@B2':>10} {'RSS@B2':>10} {'abs err':>8}  verdict")
+    head = (
+        f"{'model':<19} {'B1':>5} {'B2':>5} {'planned growth':>15} {'measured growth':>16} {'error':>8}"
+        f"  {'alloc growth':>13} {'plan@B2':>10} {'RSS@B2':>10} {'abs err':>8}  verdict"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
-        alloc = f"{r['allocated_growth_bytes'] / MIB:10.1f} MiB" if "allocated_growth_bytes" in r else f"{'-':>13}"
+        alloc = (
+            f"{r['allocated_growth_bytes'] / MIB:10.1f} MiB"
+            if "allocated_growth_bytes" in r
+            else f"{'-':>13}"
+        )
         lines.append(
             f"{r['model']:<19} {r['b1']:>5} {r['b2']:>5} {r['planned_growth_bytes'] / MIB:11.1f} MiB"
             f" {r['measured_growth_bytes'] / MIB:12.1f} MiB {r['growth_error']:+8.1%}  {alloc}"
             f" {r['planned'][str(r['b2'])]['peak_bytes'] / MIB:6.1f} MiB"
             f" {r['measured_rss'][str(r['b2'])]['step_bytes'] / MIB:6.1f} MiB {r['absolute_error_b2']:+8.1%}"
             f"  {'PASS' if r['pass'] else 'FAIL'}"
-            + (f" by allocator bytes ({r['allocated_growth_error']:+.1%})" if r.get("judged_by") == "allocator" else "")
+            + (
+                f" by allocator bytes ({r['allocated_growth_error']:+.1%})"
+                if r.get("judged_by") == "allocator"
+                else ""
+            )
         )
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=sorted(plan_zoo.ZOO), help="models to run (default: all)")
-    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per batch size; the median counts")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="measuring processes at a time (RSS is per process; only timings suffer)")
+    parser.add_argument(
+        "--only", nargs="+", choices=sorted(plan_zoo.ZOO), help="models to run (default: all)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="fresh processes per batch size; the median counts"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="measuring processes at a time (RSS is per process; only timings suffer)",
+    )
     parser.add_argument("--no-allocated", action="store_true", help="skip the profiler's allocator lens")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
@@ -166,7 +197,7 @@ def main() -> int:
             "device": _env.cpu()["model"],
             "method": {
                 "measured": "peak RSS (VmHWM after clear_refs) above RSS before build(); one process per repeat: "
-                            "warm-up step at B1, then B1, then B2 (malloc_trim between); median of the repeats",
+                "warm-up step at B1, then B1, then B2 (malloc_trim between); median of the repeats",
                 "child_env": CHILD_ENV,
                 "repeats": args.repeats,
                 "steps": 2,

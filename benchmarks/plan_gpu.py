@@ -62,17 +62,26 @@ CASES: dict[str, tuple[str, int, str]] = {
     "dropout_mlp": (f"{NEW}:build_dropout_mlp", 1024, "fp32"),
 }
 #: --max-batch answers checked for real: name -> (case, capacity in GiB).
-MAX_BATCH = {"maxb_seed000": ("ho_seed000_attention", 12), "maxb_convnet": ("ho_convnet", 8),
-             "maxb_transformer_sdpa_bf16": ("transformer_sdpa_bf16", 8)}
+MAX_BATCH = {
+    "maxb_seed000": ("ho_seed000_attention", 12),
+    "maxb_convnet": ("ho_convnet", 8),
+    "maxb_transformer_sdpa_bf16": ("transformer_sdpa_bf16", 8),
+}
 GiB, MiB = 2**30, 2**20
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(CASES) + sorted(MAX_BATCH), help="cases to run")
-    parser.add_argument("--device", metavar="KEY", help="catalog key of the card (default: this machine's GPU)")
+    parser.add_argument(
+        "--only", nargs="+", metavar="NAME", choices=sorted(CASES) + sorted(MAX_BATCH), help="cases to run"
+    )
+    parser.add_argument(
+        "--device", metavar="KEY", help="catalog key of the card (default: this machine's GPU)"
+    )
     parser.add_argument("--plan-only", action="store_true", help="plan every case and stop: no GPU needed")
-    parser.add_argument("--out", type=Path, help="the folder to write (default tests/plan/gpu_truth/<device>-<date>)")
+    parser.add_argument(
+        "--out", type=Path, help="the folder to write (default tests/plan/gpu_truth/<device>-<date>)"
+    )
     parser.add_argument("--no-write", action="store_true", help="print the table, write nothing")
     args = parser.parse_args()
 
@@ -92,12 +101,17 @@ def main() -> int:
 
     rows, learned = {}, []
     for name in names:
-        rows[name], entries = _case(name, device, args.plan_only, None if args.no_write or args.plan_only else out)
+        rows[name], entries = _case(
+            name, device, args.plan_only, None if args.no_write or args.plan_only else out
+        )
         learned += entries
         _print_row(name, rows[name])
     for name in checks if not args.plan_only else []:
         rows[name] = _max_batch(name, device)
-        print(f"{name:28s} answer {rows[name]['answer']}: {rows[name]['at_answer']}; 15 % above: {rows[name]['above']}", flush=True)
+        print(
+            f"{name:28s} answer {rows[name]['answer']}: {rows[name]['at_answer']}; 15 % above: {rows[name]['above']}",
+            flush=True,
+        )
     if args.no_write or args.plan_only:
         return 0
     _write(out, device, rows, learned)
@@ -124,8 +138,13 @@ def _case(name: str, device, plan_only: bool, out: Path | None) -> tuple[dict[st
     started = time.perf_counter()
     trace = trace_step(load_build(str(_env.REPO / spec)), batch, device, precision)
     plan = plan_from_trace(trace, device, device.memory_bytes, precision, 0.1)
-    row: dict[str, Any] = {"spec": spec, "batch": batch, "precision": precision, "plan_s": round(time.perf_counter() - started, 2),
-                           "plan": plan.to_dict()}
+    row: dict[str, Any] = {
+        "spec": spec,
+        "batch": batch,
+        "precision": precision,
+        "plan_s": round(time.perf_counter() - started, 2),
+        "plan": plan.to_dict(),
+    }
     if plan_only:
         return row, []
     record = out / "traces" / f"{name}.json.gz" if out is not None else None
@@ -149,15 +168,31 @@ def _max_batch(name: str, device) -> dict[str, Any]:
 
     case, gib = MAX_BATCH[name]
     spec, _, precision = CASES[case]
-    plan = plan_memory(load_build(str(_env.REPO / spec)), device=device, capacity=f"{gib}GiB", precision=precision, max_batch=True)
-    row: dict[str, Any] = {"case": case, "capacity_gib": gib, "answer": plan.max_batch, "plan": plan.to_dict()}
-    for key, batch in (("at_answer", plan.max_batch), ("above", max(plan.max_batch + 1, round(plan.max_batch * 1.15)))):
+    plan = plan_memory(
+        load_build(str(_env.REPO / spec)),
+        device=device,
+        capacity=f"{gib}GiB",
+        precision=precision,
+        max_batch=True,
+    )
+    row: dict[str, Any] = {
+        "case": case,
+        "capacity_gib": gib,
+        "answer": plan.max_batch,
+        "plan": plan.to_dict(),
+    }
+    for key, batch in (
+        ("at_answer", plan.max_batch),
+        ("above", max(plan.max_batch + 1, round(plan.max_batch * 1.15))),
+    ):
         if not batch:
             row[key] = "no batch fits"
             continue
         try:
             result = record_on_gpu(str(_env.REPO / spec), batch, precision, cap_bytes=gib * GiB).result
-            row[key] = f"batch {batch} {'ran out of memory' if result['oom'] else 'fits'} (peak {result['peak_bytes'] / MiB:.1f} MiB)"
+            row[key] = (
+                f"batch {batch} {'ran out of memory' if result['oom'] else 'fits'} (peak {result['peak_bytes'] / MiB:.1f} MiB)"
+            )
             row[f"{key}_result"] = result
         except Exception as exc:  # noqa: BLE001
             row[key] = f"batch {batch} failed: {exc}"
@@ -169,34 +204,63 @@ def _print_row(name: str, row: dict[str, Any]) -> None:
     if "peak_error" not in row:
         level = plan.get("confidence", {}).get("level", "")
         why = f" ({row['error']})" if "error" in row else ""
-        print(f"{name:28s} plan {plan['peak_bytes'] / MiB:10.1f} MiB, reserved {plan['reserved_bytes'] / MiB:10.1f} MiB, {level}{why}", flush=True)
+        print(
+            f"{name:28s} plan {plan['peak_bytes'] / MiB:10.1f} MiB, reserved {plan['reserved_bytes'] / MiB:10.1f} MiB, {level}{why}",
+            flush=True,
+        )
         return
-    print(f"{name:28s} peak {row['planned']['peak_bytes'] / MiB:10.1f} vs {row['recorded']['peak_bytes'] / MiB:10.1f} MiB "
-          f"{row['peak_error']:+7.2%}  reserved {row['reserved_error']:+7.2%}  peak in {row['planned']['peak_phase']}/"
-          f"{row['recorded']['peak_phase']}", flush=True)
+    print(
+        f"{name:28s} peak {row['planned']['peak_bytes'] / MiB:10.1f} vs {row['recorded']['peak_bytes'] / MiB:10.1f} MiB "
+        f"{row['peak_error']:+7.2%}  reserved {row['reserved_error']:+7.2%}  peak in {row['planned']['peak_phase']}/"
+        f"{row['recorded']['peak_phase']}",
+        flush=True,
+    )
 
 
 def _write(out: Path, device, rows: dict[str, Any], learned: list[dict]) -> None:
     gpu = _env.gpu()
-    (out / "plan_vs_real.json").write_text(json.dumps({"device": gpu, "environment": _env.environment(), "cases": rows}, indent=1))
-    (out / "cudnn_workspaces.json").write_text(json.dumps({device.key: {"device": gpu and gpu["name"], "torch": _env.version("torch"),
-                                                                        "passes": learned}}, indent=1))
+    (out / "plan_vs_real.json").write_text(
+        json.dumps({"device": gpu, "environment": _env.environment(), "cases": rows}, indent=1)
+    )
+    (out / "cudnn_workspaces.json").write_text(
+        json.dumps(
+            {device.key: {"device": gpu and gpu["name"], "torch": _env.version("torch"), "passes": learned}},
+            indent=1,
+        )
+    )
     models = out / "models"
     if not models.exists():
         shutil.copytree(TRUTH / "h200-2026-11-26" / "models", models)
-    lines = [f"# {gpu and gpu['name']} ({_env.today()})", "", "`benchmarks/plan_gpu.py`: planned against two real steps.", "",
-             "| case | batch | precision | real peak MiB | error | real reserved MiB | error | peak phase (plan/card) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# {gpu and gpu['name']} ({_env.today()})",
+        "",
+        "`benchmarks/plan_gpu.py`: planned against two real steps.",
+        "",
+        "| case | batch | precision | real peak MiB | error | real reserved MiB | error | peak phase (plan/card) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, row in rows.items():
         if "peak_error" in row:
-            lines.append(f"| {name} | {row['batch']} | {row['precision']} | {row['recorded']['peak_bytes'] / MiB:.1f} | "
-                         f"{row['peak_error']:+.1%} | {row['recorded']['reserved_bytes'] / MiB:.0f} | {row['reserved_error']:+.1%} | "
-                         f"{row['planned']['peak_phase']}/{row['recorded']['peak_phase']} |")
+            lines.append(
+                f"| {name} | {row['batch']} | {row['precision']} | {row['recorded']['peak_bytes'] / MiB:.1f} | "
+                f"{row['peak_error']:+.1%} | {row['recorded']['reserved_bytes'] / MiB:.0f} | {row['reserved_error']:+.1%} | "
+                f"{row['planned']['peak_phase']}/{row['recorded']['peak_phase']} |"
+            )
     (out / "README.md").write_text("\n".join(lines) + "\n")
     result = _env.results_path("plan_gpu", device.key)
-    result.write_text(json.dumps({"environment": _env.environment(), "device": gpu, "folder": str(out.relative_to(_env.REPO)),
-                                  "cases": {n: {k: v for k, v in r.items() if k not in ("plan", "real")} for n, r in rows.items()}},
-                                 indent=1))
+    result.write_text(
+        json.dumps(
+            {
+                "environment": _env.environment(),
+                "device": gpu,
+                "folder": str(out.relative_to(_env.REPO)),
+                "cases": {
+                    n: {k: v for k, v in r.items() if k not in ("plan", "real")} for n, r in rows.items()
+                },
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {out} and {result}")
 
 

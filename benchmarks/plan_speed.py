@@ -29,7 +29,7 @@ GOAL_SECONDS = 10.0
 GOAL_RSS = 2 * 10**9
 HERE = Path(__file__).resolve()
 
-MODEL = '''
+MODEL = """
 import torch, torch.nn as nn, torch.nn.functional as F
 
 
@@ -68,7 +68,7 @@ def build(batch_size):
     idx = torch.randint(0, 50304, (batch_size, 1024))
     loss = lambda logits: F.cross_entropy(logits.view(-1, logits.size(-1)), idx.view(-1))
     return dict(model=GPT(), inputs=idx, optimizer=lambda p: torch.optim.AdamW(p, lr=3e-4), loss_fn=loss)
-'''
+"""
 
 
 def child(arm: str) -> dict:
@@ -85,8 +85,13 @@ def child(arm: str) -> dict:
         plan = plan_memory(build, 8, device="h100", precision="bf16")
         cpu = plan_memory(build, 8, device="cpu")
         seconds = time.perf_counter() - start
-        result = {"peak_bytes_h100_bf16": plan.peak_bytes, "peak_bytes_cpu_fp32": cpu.peak_bytes,
-                  "parameters": plan.breakdown.parameters // 4, "fits_h100": plan.fits, "seconds_both": seconds}
+        result = {
+            "peak_bytes_h100_bf16": plan.peak_bytes,
+            "peak_bytes_cpu_fp32": cpu.peak_bytes,
+            "parameters": plan.breakdown.parameters // 4,
+            "fits_h100": plan.fits,
+            "seconds_both": seconds,
+        }
     else:
         import torch
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -114,7 +119,9 @@ def child(arm: str) -> dict:
 
 
 def run_child(arm: str) -> dict:
-    out = subprocess.run([sys.executable, str(HERE), "--child", arm], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, str(HERE), "--child", arm], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -149,14 +156,30 @@ def main() -> int:
     gib = 2**30
     print(f"{rows['parameters'] / 1e9:.2f}B-parameter GPT (d=2048, 18 layers, context 1024), batch 8, AdamW")
     print(f"{'arm':<34}{'time (median)':>14}{'max RSS':>12}{'peak (cpu fp32)':>18}")
-    print(f"{'trainmedic plan':<34}{one_plan:>12.2f} s{rows['plan_max_rss_bytes'] / gib:>8.2f} GiB{rows['plan_peak_bytes_cpu_fp32'] / gib:>14.2f} GiB")
-    print(f"{'MemTracker (baseline)':<34}{rows['memtracker_seconds_median']:>12.2f} s{rows['memtracker_max_rss_bytes'] / gib:>8.2f} GiB"
-          f"{rows['memtracker_peak_bytes_cpu_fp32'] / gib:>14.2f} GiB")
-    print(f"h100 bf16 plan: peak {rows['plan_peak_bytes_h100_bf16'] / gib:.2f} GiB; goal < {GOAL_SECONDS:.0f} s and < 2 GB: {'met' if ok else 'NOT met'}")
+    print(
+        f"{'trainmedic plan':<34}{one_plan:>12.2f} s{rows['plan_max_rss_bytes'] / gib:>8.2f} GiB{rows['plan_peak_bytes_cpu_fp32'] / gib:>14.2f} GiB"
+    )
+    print(
+        f"{'MemTracker (baseline)':<34}{rows['memtracker_seconds_median']:>12.2f} s{rows['memtracker_max_rss_bytes'] / gib:>8.2f} GiB"
+        f"{rows['memtracker_peak_bytes_cpu_fp32'] / gib:>14.2f} GiB"
+    )
+    print(
+        f"h100 bf16 plan: peak {rows['plan_peak_bytes_h100_bf16'] / gib:.2f} GiB; goal < {GOAL_SECONDS:.0f} s and < 2 GB: {'met' if ok else 'NOT met'}"
+    )
     if not args.no_write:
         path = _env.results_path("plan_speed")
-        path.write_text(json.dumps({"environment": _env.environment(), "goal": {"seconds": GOAL_SECONDS, "rss_bytes": GOAL_RSS},
-                                    "results": rows, "runs": runs}, indent=2) + "\n")
+        path.write_text(
+            json.dumps(
+                {
+                    "environment": _env.environment(),
+                    "goal": {"seconds": GOAL_SECONDS, "rss_bytes": GOAL_RSS},
+                    "results": rows,
+                    "runs": runs,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {path}")
     return 0 if ok else 1
 

@@ -36,29 +36,52 @@ from torch import nn
 def build_mlp_adam(batch_size: int) -> dict[str, Any]:
     """A 512-1024-1024-1024-10 MLP with cross-entropy, trained with Adam."""
     model = nn.Sequential(
-        nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+        nn.Linear(512, 1024),
+        nn.ReLU(),
+        nn.Linear(1024, 1024),
+        nn.ReLU(),
+        nn.Linear(1024, 1024),
+        nn.ReLU(),
         nn.Linear(1024, 10),
     )
     x = torch.randn(batch_size, 512)
     y = torch.randint(0, 10, (batch_size,))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    return {"model": model, "inputs": x, "optimizer": optimizer, "loss_fn": lambda out: F.cross_entropy(out, y)}
+    return {
+        "model": model,
+        "inputs": x,
+        "optimizer": optimizer,
+        "loss_fn": lambda out: F.cross_entropy(out, y),
+    }
 
 
 def build_cnn_sgd(batch_size: int) -> dict[str, Any]:
     """Conv-BN-ReLU blocks with pooling on 3x32x32 images, SGD with momentum."""
+
     def block(c_in: int, c_out: int) -> list[nn.Module]:
         return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
 
     model = nn.Sequential(
-        *block(3, 32), *block(32, 32), nn.MaxPool2d(2),
-        *block(32, 64), *block(64, 64), nn.MaxPool2d(2),
-        *block(64, 128), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10),
+        *block(3, 32),
+        *block(32, 32),
+        nn.MaxPool2d(2),
+        *block(32, 64),
+        *block(64, 64),
+        nn.MaxPool2d(2),
+        *block(64, 128),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(128, 10),
     )
     x = torch.randn(batch_size, 3, 32, 32)
     y = torch.randint(0, 10, (batch_size,))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return {"model": model, "inputs": x, "optimizer": optimizer, "loss_fn": lambda out: F.cross_entropy(out, y)}
+    return {
+        "model": model,
+        "inputs": x,
+        "optimizer": optimizer,
+        "loss_fn": lambda out: F.cross_entropy(out, y),
+    }
 
 
 class _Block(nn.Module):
@@ -85,11 +108,17 @@ class _Block(nn.Module):
 
 def _transformer(batch_size: int, sdpa: bool) -> dict[str, Any]:
     dim, heads, seq, vocab = 256, 4, 256, 1000
-    model = nn.Sequential(nn.Embedding(vocab, dim), _Block(dim, heads, sdpa), _Block(dim, heads, sdpa), nn.Linear(dim, vocab))
+    model = nn.Sequential(
+        nn.Embedding(vocab, dim), _Block(dim, heads, sdpa), _Block(dim, heads, sdpa), nn.Linear(dim, vocab)
+    )
     tokens = torch.randint(0, vocab, (batch_size, seq))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return {"model": model, "inputs": tokens, "optimizer": optimizer,
-            "loss_fn": lambda out: F.cross_entropy(out.flatten(0, 1), tokens.flatten())}
+    return {
+        "model": model,
+        "inputs": tokens,
+        "optimizer": optimizer,
+        "loss_fn": lambda out: F.cross_entropy(out.flatten(0, 1), tokens.flatten()),
+    }
 
 
 def build_transformer_eager(batch_size: int) -> dict[str, Any]:
@@ -152,14 +181,21 @@ def build_lstm(batch_size: int) -> dict[str, Any]:
     x = torch.randn(batch_size, 64, 128)
     target = torch.randn(batch_size, 64, 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    return {"model": model, "inputs": x, "optimizer": optimizer, "loss_fn": lambda out: F.mse_loss(out, target)}
+    return {
+        "model": model,
+        "inputs": x,
+        "optimizer": optimizer,
+        "loss_fn": lambda out: F.mse_loss(out, target),
+    }
 
 
 class _Bag(nn.Module):
     def __init__(self, vocab: int, dim: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 2))
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 2)
+        )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.mlp(self.embed(tokens)).mean(dim=1)
@@ -171,7 +207,12 @@ def build_embedding_mlp(batch_size: int) -> dict[str, Any]:
     tokens = torch.randint(0, 50_000, (batch_size, 128))
     labels = torch.randint(0, 2, (batch_size,))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    return {"model": model, "inputs": tokens, "optimizer": optimizer, "loss_fn": lambda out: F.cross_entropy(out, labels)}
+    return {
+        "model": model,
+        "inputs": tokens,
+        "optimizer": optimizer,
+        "loss_fn": lambda out: F.cross_entropy(out, labels),
+    }
 
 
 #: name -> (build, smaller batch, larger batch) of the comparison.
@@ -243,7 +284,9 @@ def _release_free_heap() -> None:
         pass
 
 
-def measure(name: str, batch_sizes: list[int], steps: int = 2, warmup_batch: int | None = None) -> list[dict[str, Any]]:
+def measure(
+    name: str, batch_sizes: list[int], steps: int = 2, warmup_batch: int | None = None
+) -> list[dict[str, Any]]:
     """Peak resident memory of ``steps`` real training steps at each batch size, above the RSS
     just before that batch's ``build``.
 
@@ -271,19 +314,25 @@ def measure(name: str, batch_sizes: list[int], steps: int = 2, warmup_batch: int
         for _ in range(steps):
             train_step(parts, optimizer)
         seconds = time.perf_counter() - started
-        peak = _status_kib("VmHWM") * 1024 if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = (
+            _status_kib("VmHWM") * 1024
+            if exact
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        )
         del parts, optimizer
-        results.append({
-            "model": name,
-            "batch_size": batch_size,
-            "baseline_rss_bytes": baseline,
-            "peak_rss_bytes": peak,
-            "step_bytes": peak - baseline,
-            "peak_source": "VmHWM after clear_refs" if exact else "ru_maxrss",
-            "seconds": round(seconds, 3),
-            "threads": torch.get_num_threads(),
-            "mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
-        })
+        results.append(
+            {
+                "model": name,
+                "batch_size": batch_size,
+                "baseline_rss_bytes": baseline,
+                "peak_rss_bytes": peak,
+                "step_bytes": peak - baseline,
+                "peak_source": "VmHWM after clear_refs" if exact else "ru_maxrss",
+                "seconds": round(seconds, 3),
+                "threads": torch.get_num_threads(),
+                "mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+            }
+        )
     return results
 
 
@@ -305,12 +354,19 @@ def measure_allocated(name: str, batch_size: int, steps: int = 2) -> dict[str, A
             train_step(parts, optimizer)
         del parts, optimizer
     # kineto_results keeps every [memory] event (alloc > 0, free < 0); prof.events() drops most.
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    events = sorted(
+        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+    )
     live = peak = 0
     for _, nbytes in events:
         live += nbytes
         peak = max(peak, live)
-    return {"model": name, "batch_size": batch_size, "allocated_peak_bytes": peak, "allocator_events": len(events)}
+    return {
+        "model": name,
+        "batch_size": batch_size,
+        "allocated_peak_bytes": peak,
+        "allocator_events": len(events),
+    }
 
 
 if __name__ == "__main__":

@@ -46,8 +46,15 @@ def write_source(path: Path, rows: int) -> dict:
     rng = np.random.default_rng(0)
     t = np.linspace(0, 8 * np.pi, ROW_VALUES, dtype=np.float32)
     with h5py.File(path, "w") as f:
-        x = f.create_dataset("x", (rows, ROW_VALUES), "float32", chunks=(CHUNK_ROWS, ROW_VALUES),
-                             compression="gzip", compression_opts=4, shuffle=True)
+        x = f.create_dataset(
+            "x",
+            (rows, ROW_VALUES),
+            "float32",
+            chunks=(CHUNK_ROWS, ROW_VALUES),
+            compression="gzip",
+            compression_opts=4,
+            shuffle=True,
+        )
         y = f.create_dataset("y", (rows,), "int64", chunks=(CHUNK_ROWS,), compression="gzip", shuffle=True)
         for a in range(0, rows, 16 * CHUNK_ROWS):
             n = min(16 * CHUNK_ROWS, rows - a)
@@ -56,8 +63,12 @@ def write_source(path: Path, rows: int) -> dict:
             x[a : a + n] = np.round(block * 256) / 256
             y[a : a + n] = rng.integers(0, 10, n)
     raw = rows * (ROW_VALUES * 4 + 8)
-    return {"rows": rows, "raw_bytes": raw, "file_bytes": path.stat().st_size,
-            "compression": "gzip level 4 + shuffle, chunks of 1024 rows"}
+    return {
+        "rows": rows,
+        "raw_bytes": raw,
+        "file_bytes": path.stat().st_size,
+        "compression": "gzip level 4 + shuffle, chunks of 1024 rows",
+    }
 
 
 def crcs(folder: Path) -> list:
@@ -84,12 +95,24 @@ def run_ray(path: Path, root: Path, workers: int) -> tuple[float, Path, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, help="rows of the HDF5 file (default 500,000: ~1 GB raw, ~300 MB gzip'd; --quick 20,000)")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        help="rows of the HDF5 file (default 500,000: ~1 GB raw, ~300 MB gzip'd; --quick 20,000)",
+    )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 2; --quick 1)")
-    parser.add_argument("--quick", action="store_true", help="small file, one round: a smoke check; writes nothing unless --out")
-    parser.add_argument("--workdir", type=Path, help="where the file and caches go (default: a temporary folder, removed)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small file, one round: a smoke check; writes nothing unless --out",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="where the file and caches go (default: a temporary folder, removed)"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; write no result file")
-    parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/ray_cache_build-cpu-<date>.json)")
+    parser.add_argument(
+        "--out", type=Path, help="result file (default benchmarks/results/ray_cache_build-cpu-<date>.json)"
+    )
     args = parser.parse_args()
     try:
         import h5py  # noqa: F401
@@ -139,25 +162,31 @@ def main() -> int:
     result_arms = []
     for arm in arms:
         median = statistics.median(seconds[arm])
-        result_arms.append({
-            "name": arm,
-            "workers": 1 if arm == "serial" else int(arm.split("-")[1]),
-            "partitions": partitions.get(arm, 1),
-            "seconds": seconds[arm],
-            "median_s": median,
-            "raw_mb_per_s": workload["raw_bytes"] / median / 1e6,
-            "speedup_vs_serial": serial / median,
-            "ray_init_s": inits.get(arm),
-        })
+        result_arms.append(
+            {
+                "name": arm,
+                "workers": 1 if arm == "serial" else int(arm.split("-")[1]),
+                "partitions": partitions.get(arm, 1),
+                "seconds": seconds[arm],
+                "median_s": median,
+                "raw_mb_per_s": workload["raw_bytes"] / median / 1e6,
+                "speedup_vs_serial": serial / median,
+                "ray_init_s": inits.get(arm),
+            }
+        )
     header = f"{'arm':<8} {'workers':>7} {'parts':>5} {'median s':>9} {'raw MB/s':>9} {'vs serial':>9} {'ray.init s':>10}"
-    print(f"\n{rows:,} rows, {workload['raw_bytes'] / 1e6:.0f} MB raw, {workload['file_bytes'] / 1e6:.0f} MB on disk "
-          f"({workload['compression']}); {rounds} round(s), medians")
+    print(
+        f"\n{rows:,} rows, {workload['raw_bytes'] / 1e6:.0f} MB raw, {workload['file_bytes'] / 1e6:.0f} MB on disk "
+        f"({workload['compression']}); {rounds} round(s), medians"
+    )
     print(header)
     print("-" * len(header))
     for a in result_arms:
         init = f"{statistics.median(a['ray_init_s']):.2f}" if a["ray_init_s"] else "-"
-        print(f"{a['name']:<8} {a['workers']:>7} {a['partitions']:>5} {a['median_s']:>9.2f} {a['raw_mb_per_s']:>9.0f} "
-              f"{a['speedup_vs_serial']:>8.2f}x {init:>10}")
+        print(
+            f"{a['name']:<8} {a['workers']:>7} {a['partitions']:>5} {a['median_s']:>9.2f} {a['raw_mb_per_s']:>9.0f} "
+            f"{a['speedup_vs_serial']:>8.2f}x {init:>10}"
+        )
     result = {
         "benchmark": "ray_cache_build",
         "environment": _env.environment(),

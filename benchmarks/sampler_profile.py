@@ -71,15 +71,20 @@ def instrumented_run(sampler: Any, log: list[tuple[float, ...]], skip_steps: int
         busy = tt() - cpu_start
         sampler.busy_seconds += busy
         if step >= skip_steps:  # steady state: past imports, warm-up and the op census
-            log.append((
-                w1 - w0 - sampler.interval,  # lateness of the wake-up (wall)
-                w1c - w0c,  # CPU of the Event.wait round trip
-                b - a, bc - cpu_start,  # _current_frames: wall, CPU
-                c1 - c0, c1c - c0c,  # classify: wall, CPU
-                d1 - c1, d1c - c1c,  # recorder.add (+ anchor): wall, CPU
-                busy,  # what busy_seconds counts
-                depth,
-            ))
+            log.append(
+                (
+                    w1 - w0 - sampler.interval,  # lateness of the wake-up (wall)
+                    w1c - w0c,  # CPU of the Event.wait round trip
+                    b - a,
+                    bc - cpu_start,  # _current_frames: wall, CPU
+                    c1 - c0,
+                    c1c - c0c,  # classify: wall, CPU
+                    d1 - c1,
+                    d1c - c1c,  # recorder.add (+ anchor): wall, CPU
+                    busy,  # what busy_seconds counts
+                    depth,
+                )
+            )
 
 
 def current_frames_cost(threads: int, repeat: int = 2000) -> float:
@@ -111,8 +116,9 @@ def main() -> int:
     session = WatchSession(interval=args.interval_ms / 1000)
     sampler = session.sampler
     log: list[tuple[float, ...]] = []
-    sampler._thread = threading.Thread(target=instrumented_run, args=(sampler, log, args.skip_steps),
-                                       name="trainmedic-sampler", daemon=True)
+    sampler._thread = threading.Thread(
+        target=instrumented_run, args=(sampler, log, args.skip_steps), name="trainmedic-sampler", daemon=True
+    )
     argv = sys.argv
     sys.argv = [str(WORKLOAD), "--steps", str(args.steps), "--mark-step", "0"]
     session.start()
@@ -124,11 +130,23 @@ def main() -> int:
         sys.argv = argv
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
 
-    columns = ["lateness", "wait_cpu", "frames_wall", "frames_cpu", "classify_wall", "classify_cpu",
-               "record_wall", "record_cpu", "busy_cpu", "depth"]
+    columns = [
+        "lateness",
+        "wait_cpu",
+        "frames_wall",
+        "frames_cpu",
+        "classify_wall",
+        "classify_cpu",
+        "record_wall",
+        "record_cpu",
+        "busy_cpu",
+        "depth",
+    ]
     table = {name: [row[i] for row in log] for i, name in enumerate(columns)}
-    print(f"\nsampler profile: {len(log)} steady samples at {args.interval_ms:g} ms "
-          f"({measurements.samples} in all, busy_seconds {measurements.sampler_busy_s * 1e3:.1f} ms over {wall:.1f} s)")
+    print(
+        f"\nsampler profile: {len(log)} steady samples at {args.interval_ms:g} ms "
+        f"({measurements.samples} in all, busy_seconds {measurements.sampler_busy_s * 1e3:.1f} ms over {wall:.1f} s)"
+    )
     print(f"{'phase':<16} {'median':>9} {'p90':>9} {'max':>9}")
     summary: dict[str, Any] = {}
     for name in columns:
@@ -142,12 +160,30 @@ def main() -> int:
         else:
             print(f"{name:<16} {med * 1e6:7.1f}us {p90 * 1e6:7.1f}us {top * 1e6:7.1f}us")
     per_thread = {n: current_frames_cost(n) for n in (1, 4, 16, 64)}
-    print("sys._current_frames() alone: " + ", ".join(f"{n} threads {s * 1e6:.1f}us" for n, s in per_thread.items()))
-    print(f"thread_time() call: {_call_cost(time.thread_time) * 1e6:.2f}us, perf_counter(): {_call_cost(time.perf_counter) * 1e6:.2f}us")
+    print(
+        "sys._current_frames() alone: "
+        + ", ".join(f"{n} threads {s * 1e6:.1f}us" for n, s in per_thread.items())
+    )
+    print(
+        f"thread_time() call: {_call_cost(time.thread_time) * 1e6:.2f}us, perf_counter(): {_call_cost(time.perf_counter) * 1e6:.2f}us"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"env": _env.environment(), "interval_ms": args.interval_ms, "samples": len(log),
-                                         "phases_s": summary, "current_frames_s_by_threads": per_thread,
-                                         "process_cpu_s": cpu, "wall_s": wall}, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "env": _env.environment(),
+                    "interval_ms": args.interval_ms,
+                    "samples": len(log),
+                    "phases_s": summary,
+                    "current_frames_s_by_threads": per_thread,
+                    "process_cpu_s": cpu,
+                    "wall_s": wall,
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
     return 0
 
 

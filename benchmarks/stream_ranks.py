@@ -37,8 +37,12 @@ WORLD = 2
 
 def run_arm(arm: str, source: Path, gate: Path) -> dict[str, Any]:
     _env.evict_pages(source)
-    ranks = run_ranks(lambda rank: [sys.executable, str(HERE), "--worker", arm, str(source), str(gate), str(rank)],
-                      gate, WORLD, f"arm {arm}")
+    ranks = run_ranks(
+        lambda rank: [sys.executable, str(HERE), "--worker", arm, str(source), str(gate), str(rank)],
+        gate,
+        WORLD,
+        f"arm {arm}",
+    )
     return {
         "arm": arm,
         "epoch_s": max(r["epoch_s"] for r in ranks),
@@ -54,8 +58,15 @@ def worker(arm: str, source: str, gate: str, rank: int) -> None:
 
     from trainmedic import data
 
-    loader = data.load(source, fields=["x", "y"], batch_size=BATCH, seed=0, tier="stream", shuffle_block=CHUNK_ROWS,
-                       progress=False)
+    loader = data.load(
+        source,
+        fields=["x", "y"],
+        batch_size=BATCH,
+        seed=0,
+        tier="stream",
+        shuffle_block=CHUNK_ROWS,
+        progress=False,
+    )
     if arm == "strided":  # the layout of a full shuffle, forced on the blocked order
         loader.shard = dataclasses.replace(loader.shard, contiguous=False)
     wait_for_go(Path(gate), rank)
@@ -64,8 +75,12 @@ def worker(arm: str, source: str, gate: str, rank: int) -> None:
     ids = [batch[1].numpy() for batch in loader]
     elapsed = time.perf_counter() - started
     served = np.concatenate(ids)
-    result = {"epoch_s": elapsed, "rchar": _rchar() - before, "samples": len(served),
-              "first_ids": sorted(set(served.tolist()))}
+    result = {
+        "epoch_s": elapsed,
+        "rchar": _rchar() - before,
+        "samples": len(served),
+        "first_ids": sorted(set(served.tolist())),
+    }
     write_rank_result(Path(gate), rank, result)
 
 
@@ -89,9 +104,17 @@ def main() -> int:
         "benchmark": "stream_ranks",
         **_env.environment(),
         "device": "cpu",
-        "settings": {"quick": args.quick, "rows": rows, "features": FEATURES, "chunk_rows": CHUNK_ROWS,
-                     "compression": "gzip 1", "shuffle_block": CHUNK_ROWS, "batch_size": BATCH, "world_size": WORLD,
-                     "rounds": rounds},
+        "settings": {
+            "quick": args.quick,
+            "rows": rows,
+            "features": FEATURES,
+            "chunk_rows": CHUNK_ROWS,
+            "compression": "gzip 1",
+            "shuffle_block": CHUNK_ROWS,
+            "batch_size": BATCH,
+            "world_size": WORLD,
+            "rounds": rounds,
+        },
     }
     result["versions"]["h5py"] = _env.version("h5py")
     try:
@@ -105,30 +128,46 @@ def main() -> int:
                 gate = work / f"round{round_}-{arm}"
                 run = run_arm(arm, source, gate)
                 if run["distinct_samples"] != rows:
-                    raise SystemExit(f"arm {arm}: the ranks served {run['distinct_samples']} of {rows} samples")
+                    raise SystemExit(
+                        f"arm {arm}: the ranks served {run['distinct_samples']} of {rows} samples"
+                    )
                 run["round"] = round_
                 runs.append(run)
-                print(f"  round {round_} {arm:10s} epoch {run['epoch_s']:.2f} s, read {gib(run['rchar_bytes'])}", flush=True)
+                print(
+                    f"  round {round_} {arm:10s} epoch {run['epoch_s']:.2f} s, read {gib(run['rchar_bytes'])}",
+                    flush=True,
+                )
                 shutil.rmtree(gate, ignore_errors=True)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
     summary: dict[str, Any] = {
-        arm: {key: statistics.median(r[key] for r in runs if r["arm"] == arm) for key in ("epoch_s", "rchar_bytes")}
+        arm: {
+            key: statistics.median(r[key] for r in runs if r["arm"] == arm)
+            for key in ("epoch_s", "rchar_bytes")
+        }
         for arm in ARMS
     }
     summary["speedup_epoch"] = summary["strided"]["epoch_s"] / summary["contiguous"]["epoch_s"]
-    result.update(runs=runs, summary=summary, load_average_after=_env.load_average(),
-                  benchmark_seconds=time.perf_counter() - started)
+    result.update(
+        runs=runs,
+        summary=summary,
+        load_average_after=_env.load_average(),
+        benchmark_seconds=time.perf_counter() - started,
+    )
 
-    print(f"\n2 ranks streaming {gib(result['source_bytes'])} of HDF5 (gzip 1, {CHUNK_ROWS}-row chunks, "
-          f"shuffle_block={CHUNK_ROWS}), {rows} rows; medians of {rounds} round(s)")
+    print(
+        f"\n2 ranks streaming {gib(result['source_bytes'])} of HDF5 (gzip 1, {CHUNK_ROWS}-row chunks, "
+        f"shuffle_block={CHUNK_ROWS}), {rows} rows; medians of {rounds} round(s)"
+    )
     print(f"{'layout':11s} {'epoch (both ranks)':>19s} {'read by both':>14s}")
     for arm in ARMS:
         s = summary[arm]
         print(f"{arm:11s} {s['epoch_s']:>17.2f} s {gib(s['rchar_bytes']):>14s}")
-    print(f"contiguous stretches serve the epoch {summary['speedup_epoch']:.2f}x faster than strided positions; "
-          f"{result['benchmark_seconds']:.0f} s, load average after {result['load_average_after']}")
+    print(
+        f"contiguous stretches serve the epoch {summary['speedup_epoch']:.2f}x faster than strided positions; "
+        f"{result['benchmark_seconds']:.0f} s, load average after {result['load_average_after']}"
+    )
     if args.out or not args.quick:
         _env.write_result(result, args.out or _env.results_path("stream_ranks", "cpu"))
     return 0

@@ -35,8 +35,9 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0) -> None:
         time.sleep(0.01)  # polling interval only; the condition is what synchronises
 
 
-def run_group(cmd: list[str], timeout: float, *, check: bool = False, capture_output: bool = False,
-              **kwargs) -> subprocess.CompletedProcess:
+def run_group(
+    cmd: list[str], timeout: float, *, check: bool = False, capture_output: bool = False, **kwargs
+) -> subprocess.CompletedProcess:
     """``subprocess.run`` whose timeout kills every process the command started, not just the command.
 
     subprocess.run kills only its direct child: a launcher's workers (torchrun's ranks) live on as

@@ -12,7 +12,11 @@ def test_all_is_sorted_and_complete():
     assert trainmedic.__all__ == sorted(trainmedic.__all__)
     for name in trainmedic.__all__:
         assert hasattr(trainmedic, name), name
-    public = {n for n in vars(trainmedic) if not n.startswith("_") and not isinstance(getattr(trainmedic, n), type(trainmedic))}
+    public = {
+        n
+        for n in vars(trainmedic)
+        if not n.startswith("_") and not isinstance(getattr(trainmedic, n), type(trainmedic))
+    }
     assert public <= set(trainmedic.__all__), public - set(trainmedic.__all__)
 
 
@@ -33,7 +37,12 @@ def test_checkpoint_api_is_one_sorted_all_and_imports_no_torch():
     assert all(hasattr(checkpoint, name) for name in checkpoint.__all__)
     # A NumPy-only training script must not pay for importing torch through the Checkpointer.
     code = "import sys, trainmedic.checkpoint; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "False"
+    )
 
 
 def test_importing_trainmedic_leaves_the_global_random_stream_alone():
@@ -46,7 +55,12 @@ def test_importing_trainmedic_leaves_the_global_random_stream_alone():
         "import random; random.seed(0); a = random.random(); random.seed(0); "
         "import trainmedic.checkpoint, trainmedic.cli.main; print(random.random() == a)"
     )
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "True"
+    )
 
 
 def test_batch_api_is_one_sorted_all():
@@ -66,7 +80,9 @@ def test_old_guard_imports_still_work_and_name_the_new_home():
     assert Checkpointer is trainmedic.checkpoint.Checkpointer
     for name in ("lint", "preflight"):
         sys.modules.pop(f"trainmedic.guard.{name}", None)
-        with pytest.warns(DeprecationWarning, match=rf"trainmedic\.guard\.{name} moved to trainmedic\.{name}"):
+        with pytest.warns(
+            DeprecationWarning, match=rf"trainmedic\.guard\.{name} moved to trainmedic\.{name}"
+        ):
             old = importlib.import_module(f"trainmedic.guard.{name}")
         new = importlib.import_module(f"trainmedic.{name}")
         assert old.__all__ == new.__all__

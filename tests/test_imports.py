@@ -56,7 +56,9 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
                 package = package[: len(package) - node.level + 1]
                 base = ".".join(package + ([base] if base else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else _known(base, known) for a in node.names]
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in known else _known(base, known) for a in node.names
+            ]
         else:
             continue
         out.update(t for t in targets if t and t != name and t != "trainmedic")
@@ -123,7 +125,9 @@ def test_no_file_imports_itself_through_others(graph):
 def test_no_package_loop(graph):
     edges = defaultdict(set)
     for module, targets in graph.items():
-        edges[package_of(module)].update(package_of(t) for t in targets if package_of(t) != package_of(module))
+        edges[package_of(module)].update(
+            package_of(t) for t in targets if package_of(t) != package_of(module)
+        )
     assert cycles(edges) == []
 
 

@@ -54,8 +54,19 @@ def test_round_trips_through_format_bytes():
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("8h45m", 31500), ("90s", 90), ("1.5h", 5400), ("2m30s", 150), ("500ms", 0.5), ("120", 120), ("1d", 86400),
-     ("10 min", 600), (" 3H ", 10800), (7.5, 7.5), (0, 0)],
+    [
+        ("8h45m", 31500),
+        ("90s", 90),
+        ("1.5h", 5400),
+        ("2m30s", 150),
+        ("500ms", 0.5),
+        ("120", 120),
+        ("1d", 86400),
+        ("10 min", 600),
+        (" 3H ", 10800),
+        (7.5, 7.5),
+        (0, 0),
+    ],
 )
 def test_parses_durations(text, seconds):
     assert parse_duration(text) == seconds
@@ -73,7 +84,9 @@ def test_negative_duration_numbers_are_refused():
         parse_duration(-1.0)
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(31500, "8h45m"), (725, "12m05s"), (42, "42.00 s"), (0.5, "500.0 ms")])
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(31500, "8h45m"), (725, "12m05s"), (42, "42.00 s"), (0.5, "500.0 ms")]
+)
 def test_formats_durations(seconds, text):
     assert format_duration(seconds) == text
 

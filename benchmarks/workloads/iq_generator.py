@@ -68,14 +68,28 @@ def _channel(tx_x, tx_y, offset_hz, fm_depth, power_dbm, snr_db, length, draw_no
 def iq_sample(tx_x, tx_y, offset_hz, fm_depth, power_dbm, snr_db, rng, length: int = 1024):
     """[7, length] complex64 IQ for one transmitter; draws from the sample's ``rng``."""
     return _channel(
-        tx_x, tx_y, offset_hz, fm_depth, power_dbm, snr_db, length,
-        lambda shape: rng.complex_normal(shape), lambda shape: rng.integers(0, 21, shape),
+        tx_x,
+        tx_y,
+        offset_hz,
+        fm_depth,
+        power_dbm,
+        snr_db,
+        length,
+        lambda shape: rng.complex_normal(shape),
+        lambda shape: rng.integers(0, 21, shape),
     ).to(torch.complex64)
 
 
 def iq_sample_global(tx_x, tx_y, offset_hz, fm_depth, power_dbm, snr_db, length: int = 1024):
     """The same sample drawn from torch's global generator (the user's code before ``rng``)."""
     return _channel(
-        tx_x, tx_y, offset_hz, fm_depth, power_dbm, snr_db, length,
-        lambda shape: torch.randn(shape, dtype=torch.complex64), lambda shape: torch.randint(0, 21, shape),
+        tx_x,
+        tx_y,
+        offset_hz,
+        fm_depth,
+        power_dbm,
+        snr_db,
+        length,
+        lambda shape: torch.randn(shape, dtype=torch.complex64),
+        lambda shape: torch.randint(0, 21, shape),
     ).to(torch.complex64)

@@ -31,7 +31,9 @@ import plan_zoo
 
 
 class _ViT(nn.Module):
-    def __init__(self, dim: int = 384, heads: int = 6, depth: int = 6, patch: int = 16, classes: int = 1000) -> None:
+    def __init__(
+        self, dim: int = 384, heads: int = 6, depth: int = 6, patch: int = 16, classes: int = 1000
+    ) -> None:
         super().__init__()
         self.patch = nn.Conv2d(3, dim, patch, stride=patch)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
@@ -47,8 +49,12 @@ class _ViT(nn.Module):
 
 def build_vit_sdpa(batch_size: int) -> dict:
     labels = torch.randint(0, 1000, (batch_size,))
-    return dict(model=_ViT(), inputs=torch.randn(batch_size, 3, 224, 224),
-                optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3), loss_fn=lambda out: F.cross_entropy(out, labels))
+    return dict(
+        model=_ViT(),
+        inputs=torch.randn(batch_size, 3, 224, 224),
+        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3),
+        loss_fn=lambda out: F.cross_entropy(out, labels),
+    )
 
 
 # -- ResNet, batch norm, channels_last -----------------------------------------------------------
@@ -59,7 +65,11 @@ class _Basic(nn.Module):
         super().__init__()
         self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
         self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
-        self.down = None if stride == 1 and cin == cout else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        self.down = (
+            None
+            if stride == 1 and cin == cout
+            else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -69,16 +79,27 @@ class _Basic(nn.Module):
 
 def build_resnet_cl(batch_size: int) -> dict:
     widths = (64, 128, 256, 512)
-    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+    ]
     cin = 64
     for i, width in enumerate(widths):
         layers += [_Basic(cin, width, 1 if i == 0 else 2), _Basic(width, width, 1)]
         cin = width
-    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 100)).to(memory_format=torch.channels_last)
+    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 100)).to(
+        memory_format=torch.channels_last
+    )
     images = torch.randn(batch_size, 3, 128, 128).contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, 100, (batch_size,))
-    return dict(model=model, inputs=images, optimizer=lambda p: torch.optim.SGD(p, 0.1, momentum=0.9),
-                loss_fn=lambda out: F.cross_entropy(out, labels))
+    return dict(
+        model=model,
+        inputs=images,
+        optimizer=lambda p: torch.optim.SGD(p, 0.1, momentum=0.9),
+        loss_fn=lambda out: F.cross_entropy(out, labels),
+    )
 
 
 # -- GRU ------------------------------------------------------------------------------------------
@@ -96,8 +117,12 @@ class _Gru(nn.Module):
 
 def build_gru(batch_size: int) -> dict:
     target = torch.randn(batch_size, 128, 1)
-    return dict(model=_Gru(), inputs=torch.randn(batch_size, 128, 64), optimizer=lambda p: torch.optim.Adam(p, 1e-3),
-                loss_fn=lambda out: F.mse_loss(out, target))
+    return dict(
+        model=_Gru(),
+        inputs=torch.randn(batch_size, 128, 64),
+        optimizer=lambda p: torch.optim.Adam(p, 1e-3),
+        loss_fn=lambda out: F.mse_loss(out, target),
+    )
 
 
 # -- diffusion U-Net with attention --------------------------------------------------------------
@@ -120,11 +145,20 @@ class _SelfAttention(nn.Module):
     def __init__(self, channels: int, heads: int = 4) -> None:
         super().__init__()
         self.heads = heads
-        self.norm, self.qkv, self.out = nn.GroupNorm(8, channels), nn.Conv2d(channels, 3 * channels, 1), nn.Conv2d(channels, channels, 1)
+        self.norm, self.qkv, self.out = (
+            nn.GroupNorm(8, channels),
+            nn.Conv2d(channels, 3 * channels, 1),
+            nn.Conv2d(channels, channels, 1),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
-        q, k, v = self.qkv(self.norm(x)).reshape(b, 3, self.heads, c // self.heads, h * w).transpose(-1, -2).unbind(1)
+        q, k, v = (
+            self.qkv(self.norm(x))
+            .reshape(b, 3, self.heads, c // self.heads, h * w)
+            .transpose(-1, -2)
+            .unbind(1)
+        )
         y = F.scaled_dot_product_attention(q, k, v).transpose(-1, -2).reshape(b, c, h, w)
         return x + self.out(y)
 
@@ -158,19 +192,34 @@ class _UNet(nn.Module):
 
 def build_diffusion_unet(batch_size: int) -> dict:
     noise = torch.randn(batch_size, 3, 64, 64)
-    return dict(model=_UNet(), inputs=(torch.randn(batch_size, 3, 64, 64), torch.randint(0, 1000, (batch_size,))),
-                optimizer=lambda p: torch.optim.AdamW(p, 1e-4), loss_fn=lambda out: F.mse_loss(out, noise))
+    return dict(
+        model=_UNet(),
+        inputs=(torch.randn(batch_size, 3, 64, 64), torch.randint(0, 1000, (batch_size,))),
+        optimizer=lambda p: torch.optim.AdamW(p, 1e-4),
+        loss_fn=lambda out: F.mse_loss(out, noise),
+    )
 
 
 # -- dropout ----------------------------------------------------------------------------------------
 
 
 def build_dropout_mlp(batch_size: int) -> dict:
-    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Dropout(0.3), nn.Linear(4096, 4096), nn.ReLU(),
-                          nn.Dropout(0.3), nn.Linear(4096, 10))
+    model = nn.Sequential(
+        nn.Linear(1024, 4096),
+        nn.ReLU(),
+        nn.Dropout(0.3),
+        nn.Linear(4096, 4096),
+        nn.ReLU(),
+        nn.Dropout(0.3),
+        nn.Linear(4096, 10),
+    )
     labels = torch.randint(0, 10, (batch_size,))
-    return dict(model=model, inputs=torch.randn(batch_size, 1024), optimizer=lambda p: torch.optim.Adam(p, 1e-3),
-                loss_fn=lambda out: F.cross_entropy(out, labels))
+    return dict(
+        model=model,
+        inputs=torch.randn(batch_size, 1024),
+        optimizer=lambda p: torch.optim.Adam(p, 1e-3),
+        loss_fn=lambda out: F.cross_entropy(out, labels),
+    )
 
 
 #: name -> (build, batch, precision) as plan_gpu.py records them.

@@ -36,10 +36,16 @@ parser.add_argument("--steps", type=int, default=400)
 parser.add_argument("--out", default=os.environ.get("STEP_BOUND_OUT"))
 parser.add_argument("--batch", type=int, default=128)
 parser.add_argument("--hidden", type=int, default=768)
-parser.add_argument("--mark-step", type=int, default=50, help="snapshot CPU and sampler counters before this step")
-parser.add_argument("--toggle-watch", type=int, default=0, metavar="K", help="alternate watched / plain every K steps")
+parser.add_argument(
+    "--mark-step", type=int, default=50, help="snapshot CPU and sampler counters before this step"
+)
+parser.add_argument(
+    "--toggle-watch", type=int, default=0, metavar="K", help="alternate watched / plain every K steps"
+)
 parser.add_argument("--toggle-first", choices=("watched", "plain"), default="watched")
-parser.add_argument("--toggle-interval-ms", type=float, default=10.0, help="the toggled session's sampling interval")
+parser.add_argument(
+    "--toggle-interval-ms", type=float, default=10.0, help="the toggled session's sampling interval"
+)
 args = parser.parse_args()
 
 NUM_SAMPLES, FEATURES, CLASSES = 8192, 512, 10
@@ -49,9 +55,12 @@ class MLP(nn.Module):
     def __init__(self, hidden: int) -> None:
         super().__init__()
         self.body = nn.Sequential(
-            nn.Linear(FEATURES, hidden), nn.ReLU(),
-            nn.Linear(hidden, hidden), nn.ReLU(),
-            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(FEATURES, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
         )
         self.head = nn.Linear(hidden, CLASSES)
 
@@ -75,7 +84,11 @@ def _session():
 
 def _counters() -> dict:
     session = _session()
-    snap = {"thread_cpu_s": time.thread_time(), "process_cpu_s": time.process_time(), "wall_s": time.perf_counter()}
+    snap = {
+        "thread_cpu_s": time.thread_time(),
+        "process_cpu_s": time.process_time(),
+        "wall_s": time.perf_counter(),
+    }
     if session is not None:
         snap["sampler_samples"] = session.sampler.samples
         snap["sampler_busy_s"] = session.sampler.busy_seconds
@@ -144,4 +157,6 @@ if session is not None:
 if args.out:
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(record, f)
-print(f"step_bound: {args.steps} steps, median {sorted(times)[len(times) // 2] * 1e3:.2f} ms/step, loss {loss.item():.4f}")
+print(
+    f"step_bound: {args.steps} steps, median {sorted(times)[len(times) // 2] * 1e3:.2f} ms/step, loss {loss.item():.4f}"
+)

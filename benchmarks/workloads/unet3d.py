@@ -23,8 +23,12 @@ WIDTH = 8
 
 def block(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv3d(cin, cout, 3, padding=1), nn.InstanceNorm3d(cout, affine=True), nn.ReLU(inplace=True),
-        nn.Conv3d(cout, cout, 3, padding=1), nn.InstanceNorm3d(cout, affine=True), nn.ReLU(inplace=True),
+        nn.Conv3d(cin, cout, 3, padding=1),
+        nn.InstanceNorm3d(cout, affine=True),
+        nn.ReLU(inplace=True),
+        nn.Conv3d(cout, cout, 3, padding=1),
+        nn.InstanceNorm3d(cout, affine=True),
+        nn.ReLU(inplace=True),
     )
 
 
@@ -54,4 +58,3 @@ def build(batch_size: int) -> dict:
         optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
         loss_fn=lambda out: nn.functional.l1_loss(out, dose.to(out.device)),
     )
-

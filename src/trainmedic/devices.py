@@ -92,14 +92,44 @@ def _gpu(key, name, memory_bytes, memory_source, bandwidth, flops, pcie_gen, fam
 # SMs per card, from NVIDIA's datasheets and architecture whitepapers (the GeForce and A10G counts
 # from the same whitepapers' per-model tables); torch reports the same as multi_processor_count.
 _SM_COUNTS = {
-    "p100": 56, "v100-16gb": 80, "v100-32gb": 80, "t4": 40,
-    "a100-40gb": 108, "a100-80gb": 108, "a100-80gb-pcie": 108, "a10": 72, "a10g": 80, "a40": 84,
-    "rtxa6000": 84, "rtx3060-12gb": 28, "rtx3080-10gb": 68, "rtx3090": 82, "rtx3090ti": 84,
-    "l4": 58, "l40": 142, "l40s": 142, "rtx6000ada": 142, "rtx4070ti": 60, "rtx4080": 76,
-    "rtx4090": 128, "rtx4090d": 114, "rtx4090d-48gb": 114, "h100": 132, "h100-pcie": 114, "h200": 132,
+    "p100": 56,
+    "v100-16gb": 80,
+    "v100-32gb": 80,
+    "t4": 40,
+    "a100-40gb": 108,
+    "a100-80gb": 108,
+    "a100-80gb-pcie": 108,
+    "a10": 72,
+    "a10g": 80,
+    "a40": 84,
+    "rtxa6000": 84,
+    "rtx3060-12gb": 28,
+    "rtx3080-10gb": 68,
+    "rtx3090": 82,
+    "rtx3090ti": 84,
+    "l4": 58,
+    "l40": 142,
+    "l40s": 142,
+    "rtx6000ada": 142,
+    "rtx4070ti": 60,
+    "rtx4080": 76,
+    "rtx4090": 128,
+    "rtx4090d": 114,
+    "rtx4090d-48gb": 114,
+    "h100": 132,
+    "h100-pcie": 114,
+    "h200": 132,
 }
 # CUDA programming guide, "Technical Specifications per Compute Capability".
-_THREADS_PER_SM = {(6, 0): 2048, (7, 0): 2048, (7, 5): 1024, (8, 0): 2048, (8, 6): 1536, (8, 9): 1536, (9, 0): 2048}
+_THREADS_PER_SM = {
+    (6, 0): 2048,
+    (7, 0): 2048,
+    (7, 5): 1024,
+    (8, 0): 2048,
+    (8, 6): 1536,
+    (8, 9): 1536,
+    (9, 0): 2048,
+}
 
 
 def _flops(fp32, tf32=None, fp16=None, bf16=None) -> dict[str, float]:

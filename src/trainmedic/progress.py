@@ -33,9 +33,20 @@ class ProgressBar:
         )
 
         console = Console(file=self.stream or sys.stderr)
-        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit), TimeElapsedColumn()]
+        columns = [
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(self.unit),
+            TimeElapsedColumn(),
+        ]
         if self.unit != "rows":
-            columns += [_RateColumn(self.unit), TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[status]}")]
+            columns += [
+                _RateColumn(self.unit),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[status]}"),
+            ]
         self._progress = Progress(*columns, console=console)
         self._progress.start()
         self._task = self._progress.add_task(description, total=total_rows, status="")

@@ -71,7 +71,7 @@ def shown_path(path: str, root: str | Path | None = None) -> str:
     real = os.path.realpath(path)
     base = _folder(str(root) if root is not None else os.getcwd())
     if real.startswith(base):
-        return real[len(base):]
+        return real[len(base) :]
     return path if os.path.isabs(path) else real
 
 

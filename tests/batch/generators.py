@@ -17,18 +17,26 @@ def tone(freq, snr_db, rng, length: int = 64):
     clean = torch.polar(torch.ones(length), 2 * math.pi * freq * t)
     fading = rng.complex_normal((RECEIVERS.shape[0], 1))
     noise = rng.complex_normal((RECEIVERS.shape[0], length)) * torch.exp(snr_db * (-math.log(10) / 20))
-    return {"iq": (clean * fading + noise).to(torch.complex64), "delay": rng.integers(0, 20, (RECEIVERS.shape[0],))}
+    return {
+        "iq": (clean * fading + noise).to(torch.complex64),
+        "delay": rng.integers(0, 20, (RECEIVERS.shape[0],)),
+    }
 
 
 def tone_global(freq, snr_db, length: int = 64):
     """The same, drawing from torch's global generator."""
     t = torch.arange(length, dtype=torch.float32) / length
-    return torch.polar(torch.ones(length), 2 * math.pi * freq * t) + torch.randn(length) * 10 ** (-snr_db / 20)
+    return torch.polar(torch.ones(length), 2 * math.pi * freq * t) + torch.randn(length) * 10 ** (
+        -snr_db / 20
+    )
 
 
 def params(samples: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(5)
-    return {"freq": rng.uniform(1, 8, samples).astype(np.float32), "snr_db": rng.uniform(0, 20, samples).astype(np.float32)}
+    return {
+        "freq": rng.uniform(1, 8, samples).astype(np.float32),
+        "snr_db": rng.uniform(0, 20, samples).astype(np.float32),
+    }
 
 
 def tone_global_loop(freq, snr_db, length: int = 64):

@@ -34,5 +34,14 @@ class KillAfter:
 out, stop_after, signame = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 storage = sys.argv[4] if len(sys.argv) > 4 else "npy"
 fn = {"": tone, "global": tone_global, "global_loop": tone_global_loop}[os.environ.get("GENERATOR", "")]
-batch.generate(fn, params(300), out=out, batch_size=20, shard_size=40, seed=4, format=storage, progress=KillAfter(stop_after, getattr(signal, signame)))
+batch.generate(
+    fn,
+    params(300),
+    out=out,
+    batch_size=20,
+    shard_size=40,
+    seed=4,
+    format=storage,
+    progress=KillAfter(stop_after, getattr(signal, signame)),
+)
 print("finished")

@@ -22,11 +22,17 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
 
 
-def run_job(out: Path, stop_after: int = 0, signame: str = "SIGKILL", storage: str = "npy", generator: str = "") -> subprocess.CompletedProcess:
+def run_job(
+    out: Path, stop_after: int = 0, signame: str = "SIGKILL", storage: str = "npy", generator: str = ""
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(SRC)]), "GENERATOR": generator}
     return subprocess.run(
         [sys.executable, str(HERE / "kill_job.py"), str(out), str(stop_after), signame, storage],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -55,8 +61,16 @@ def assert_killed_and_resumed_is_whole(tmp_path: Path, **job) -> None:
 
 def test_shards_hold_the_batched_outputs_and_the_params_and_data_load_reads_them(tmp_path):
     p = params(50)
-    result = batch.generate(tone, p, out=tmp_path / "job", batch_size=8, shard_size=16, seed=2, progress=False)
-    assert (result.mode, result.batch_size, result.shard_size, result.samples, result.resumed) == ("vmap", 8, 16, 50, False)
+    result = batch.generate(
+        tone, p, out=tmp_path / "job", batch_size=8, shard_size=16, seed=2, progress=False
+    )
+    assert (result.mode, result.batch_size, result.shard_size, result.samples, result.resumed) == (
+        "vmap",
+        8,
+        16,
+        50,
+        False,
+    )
     assert result.shards * result.shard_size >= 50 and result.shards_written == result.shards
     loader = data.load(tmp_path / "job", batch_size=50, shuffle=False, progress=False)
     assert loader.tier == "ram"
@@ -82,7 +96,10 @@ def test_a_stop_signal_finishes_the_shard_saves_it_and_exits_cleanly(tmp_path, s
     stopped = run_job(tmp_path / "job", stop_after=30, signame=signame)
     assert stopped.returncode == 128 + getattr(signal, signame), stopped.stderr
     assert "Traceback" not in stopped.stderr and "finished" not in stopped.stdout
-    assert f"{signame}: stopped after shard 0 (40 of 300 samples" in stopped.stderr and "run the same generate() call again" in stopped.stderr
+    assert (
+        f"{signame}: stopped after shard 0 (40 of 300 samples" in stopped.stderr
+        and "run the same generate() call again" in stopped.stderr
+    )
     manifest = (tmp_path / "job" / MANIFEST).read_text()
     assert '"complete": false' in manifest and '"stop": 40' in manifest  # the shard of sample 30 was written
     with pytest.raises(Exception, match="unfinished trainmedic.batch job"):
@@ -115,26 +132,36 @@ def test_a_rerun_of_a_finished_job_writes_nothing(tmp_path):
     batch.generate(tone, params(30), out=tmp_path, batch_size=10, shard_size=20, progress=False)
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
     again = batch.generate(tone, params(30), out=tmp_path, batch_size=64, progress=False)
-    assert again.shards_written == 0 and again.resumed and (again.batch_size, again.shard_size) == (10, 20)  # the job's own
+    assert (
+        again.shards_written == 0 and again.resumed and (again.batch_size, again.shard_size) == (10, 20)
+    )  # the job's own
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
 
 
 @pytest.mark.parametrize(
     ("change", "named"),
-    [({"seed": 1}, "seed 0 there, 1 now"), ({"params": params(31)}, "number of samples 30 there, 31 now"), ({"format": "hdf5"}, "format 'npy' there")],
+    [
+        ({"seed": 1}, "seed 0 there, 1 now"),
+        ({"params": params(31)}, "number of samples 30 there, 31 now"),
+        ({"format": "hdf5"}, "format 'npy' there"),
+    ],
 )
 def test_a_folder_of_another_job_is_refused_and_left_untouched(tmp_path, change, named):
     batch.generate(tone, params(30), out=tmp_path, batch_size=10, progress=False)
     before = files(tmp_path)
     kwargs = {"params": params(30), "seed": 0, **change}
-    with pytest.raises(BatchError, match=f"holds the shards of another job.*{named}.*nothing was overwritten"):
+    with pytest.raises(
+        BatchError, match=f"holds the shards of another job.*{named}.*nothing was overwritten"
+    ):
         batch.generate(tone, kwargs.pop("params"), out=tmp_path, batch_size=10, progress=False, **kwargs)
     assert files(tmp_path) == before
 
 
 def test_a_folder_with_other_files_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(BatchError, match=r"1 entries that are not a trainmedic.batch job \(e.g. 'notes.txt'\)"):
+    with pytest.raises(
+        BatchError, match=r"1 entries that are not a trainmedic.batch job \(e.g. 'notes.txt'\)"
+    ):
         batch.generate(tone, params(5), out=tmp_path, progress=False)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
@@ -144,7 +171,10 @@ def named_like_a_param(freq, snr_db):
 
 
 def test_bad_jobs_are_named_before_any_shard(tmp_path):
-    with pytest.raises(BatchError, match=r"params name \['snr'\] but tone\(freq, snr_db, rng, length.*\) has no such argument"):
+    with pytest.raises(
+        BatchError,
+        match=r"params name \['snr'\] but tone\(freq, snr_db, rng, length.*\) has no such argument",
+    ):
         batch.generate(tone, {"freq": [1.0], "snr": [2.0]}, out=tmp_path / "a", progress=False)
     with pytest.raises(BatchError, match=r"tone needs \['snr_db'\]"):
         batch.generate(tone, {"freq": [1.0]}, out=tmp_path / "b", progress=False)
@@ -177,10 +207,17 @@ def test_a_full_disk_is_named_and_the_shards_before_it_stay_intact(tmp_path, who
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(SRC)])}
     done = subprocess.run(
         [sys.executable, str(HERE / "diskfull_job.py"), str(tmp_path / "job"), str(16 * 1024)],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 3, done.stderr
-    assert "writing shard 1 (samples 40..79)" in done.stdout and "the 1 shards written before it are intact" in done.stdout
+    assert (
+        "writing shard 1 (samples 40..79)" in done.stdout
+        and "the 1 shards written before it are intact" in done.stdout
+    )
     assert files(tmp_path / "job") == before  # nothing half-written left behind, the manifest as it was
     assert run_job(tmp_path / "job").returncode == 0
     assert files(tmp_path / "job") == whole

@@ -37,8 +37,12 @@ class Scaled:
 def test_the_job_identity_sees_closures_partials_objects_and_defaults():
     assert function_digest(make_shift(0)) == function_digest(make_shift(0))
     assert function_digest(make_shift(0)) != function_digest(make_shift(1000))
-    assert function_digest(functools.partial(tone, length=16)) == function_digest(functools.partial(tone, length=16))
-    assert function_digest(functools.partial(tone, length=16)) != function_digest(functools.partial(tone, length=32))
+    assert function_digest(functools.partial(tone, length=16)) == function_digest(
+        functools.partial(tone, length=16)
+    )
+    assert function_digest(functools.partial(tone, length=16)) != function_digest(
+        functools.partial(tone, length=32)
+    )
     assert function_digest(Scaled(2.0)) == function_digest(Scaled(2.0))
     assert function_digest(Scaled(2.0)) != function_digest(Scaled(3.0))
     assert function_digest(Scaled(np.ones(3))) != function_digest(Scaled(np.zeros(3)))
@@ -50,7 +54,9 @@ def test_the_job_identity_sees_closures_partials_objects_and_defaults():
 def test_a_closure_with_another_value_is_another_job(tmp_path):
     batch.generate(make_shift(0), params(20), out=tmp_path, batch_size=5, shard_size=10, progress=False)
     with pytest.raises(BatchError, match="the function's source changed"):
-        batch.generate(make_shift(1000), params(20), out=tmp_path, batch_size=5, shard_size=10, progress=False)
+        batch.generate(
+            make_shift(1000), params(20), out=tmp_path, batch_size=5, shard_size=10, progress=False
+        )
 
 
 def test_a_partial_job_reruns_and_resumes(tmp_path):

@@ -12,7 +12,13 @@ from trainmedic.errors import BatchError
 
 def test_a_dict_of_columns_and_a_list_of_records_give_the_same_params():
     columns = as_params({"freq": [1.0, 2.0, 3.0], "snr": np.array([0, 5, 9]), "w": torch.ones(3, 2)})
-    records = as_params([{"freq": 1.0, "snr": 0, "w": [1.0, 1.0]}, {"freq": 2.0, "snr": 5, "w": [1.0, 1.0]}, {"freq": 3.0, "snr": 9, "w": [1.0, 1.0]}])
+    records = as_params(
+        [
+            {"freq": 1.0, "snr": 0, "w": [1.0, 1.0]},
+            {"freq": 2.0, "snr": 5, "w": [1.0, 1.0]},
+            {"freq": 3.0, "snr": 9, "w": [1.0, 1.0]},
+        ]
+    )
     assert columns.length == records.length == 3
     assert columns.describe()["w"] == {"dtype": "float32", "shape": [2]}
     assert as_params({"a": [1, 2]}).digest() != as_params({"a": [1, 3]}).digest()

@@ -34,7 +34,13 @@ SRC = HERE.parents[1] / "src"
 MiB = 1 << 20
 #: Imports a generate() call must not add: building a FakeTensorMode pulled all of them in, 2 s
 #: on the dev VM and most of a 6.2 s job on an H200 (gpu-truth/h200-2026-11-26/generate_profile.txt).
-HEAVY = ("torch._dynamo", "torch.fx.experimental.symbolic_shapes", "sympy", "torch.distributed.fsdp", "torch._inductor")
+HEAVY = (
+    "torch._dynamo",
+    "torch.fx.experimental.symbolic_shapes",
+    "sympy",
+    "torch.distributed.fsdp",
+    "torch._inductor",
+)
 #: sha256 over (relative path, bytes) of every file of kill_job.py's job (300 samples, calls of 20,
 #: shards of 40, seed 4), as the code before the pipeline (main at a593cf8) wrote it on this VM's CPU.
 #: A change means the shards or the manifest changed for the same job: resumes would mix the two.
@@ -55,7 +61,9 @@ def digest(folder: Path) -> str:
 
 @pytest.mark.parametrize(("name", "fn"), [("tone", tone), ("global", tone_global)])
 def test_output_is_byte_identical_to_the_job_before_the_pipeline(tmp_path, name, fn):
-    batch.generate(fn, params(300), out=tmp_path / "job", batch_size=20, shard_size=40, seed=4, progress=False)
+    batch.generate(
+        fn, params(300), out=tmp_path / "job", batch_size=20, shard_size=40, seed=4, progress=False
+    )
     assert digest(tmp_path / "job") == BEFORE[name]
 
 
@@ -71,7 +79,9 @@ result = batch.generate(tone, params(300), out={str(tmp_path / "job")!r}, progre
 print(json.dumps({{"new": sorted(set(sys.modules) - before), "sizing": result.sizing}}))
 """
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     heavy = [m for m in report["new"] if m.startswith(HEAVY)]
     assert heavy == [], heavy[:10]
@@ -112,7 +122,10 @@ def test_live_bytes_measure_what_a_real_call_holds():
     assert (meter.peak, meter.live) == (4000, 2000) and c.numel() == 250
     vf = batch.vectorize(wide)
     cols = {k: torch.as_tensor(v) for k, v in params(64).items()}
-    peaks = {n: peak_bytes(lambda n=n: vf(**{k: v[:n] for k, v in cols.items()}), torch.device("cpu")) for n in (8, 64)}
+    peaks = {
+        n: peak_bytes(lambda n=n: vf(**{k: v[:n] for k, v in cols.items()}), torch.device("cpu"))
+        for n in (8, 64)
+    }
     per_sample, _fixed = cost_per_sample(peaks)
     assert 1.0 * MiB < per_sample < 4 * MiB  # a few float32 temporaries of 64k elements a sample
 
@@ -130,7 +143,9 @@ def test_the_gpu_rule_is_arithmetic_on_measured_peaks():
     assert unmeasured.batch_size == 64 and unmeasured.why.endswith("(its outputs in one shard)")
     small = choose_batch_size(None, 4096, 1_000_000, cuda, free_bytes=64 * MiB)
     assert small.batch_size == 1024 and "8x its output a sample (unmeasured)" in small.why
-    cpu = choose_batch_size(peaks, 1024, 1_000_000, torch.device("cpu"), free_bytes=10 * 1024 * MiB, working_set=48 * MiB)
+    cpu = choose_batch_size(
+        peaks, 1024, 1_000_000, torch.device("cpu"), free_bytes=10 * 1024 * MiB, working_set=48 * MiB
+    )
     assert cpu.batch_size == 48 and "48.0 MiB CPU working set" in cpu.why
 
 
@@ -171,7 +186,9 @@ def test_the_writer_writes_shard_k_while_shard_k_plus_1_is_generated(tmp_path):
             log("generate 1 begins")
             generating_1.set()
         start, stop = store.bounds(index)
-        shard = _run_shard(vf, columns, start, stop, 20, 4, torch.device("cpu"), index, True, _Quiet(), CpuShards(), stages)
+        shard = _run_shard(
+            vf, columns, start, stop, 20, 4, torch.device("cpu"), index, True, _Quiet(), CpuShards(), stages
+        )
         log(f"generate {index} ends")
         writer.put(shard)
     writer.close()
@@ -182,7 +199,10 @@ def test_the_writer_writes_shard_k_while_shard_k_plus_1_is_generated(tmp_path):
     batch.generate(tone, p, out=tmp_path / "plain", batch_size=20, shard_size=40, seed=4, progress=False)
     for i in range(3):
         for name in ("iq", "delay", "freq"):
-            np.testing.assert_array_equal(np.load(tmp_path / f"job/shard-{i:06d}/{name}.npy"), np.load(tmp_path / f"plain/shard-{i:06d}/{name}.npy"))
+            np.testing.assert_array_equal(
+                np.load(tmp_path / f"job/shard-{i:06d}/{name}.npy"),
+                np.load(tmp_path / f"plain/shard-{i:06d}/{name}.npy"),
+            )
 
 
 class _Quiet:
@@ -233,7 +253,9 @@ def test_generate_writes_in_the_background_while_the_next_shard_is_made(tmp_path
 
     threading.setprofile(hook)
     try:
-        result = batch.generate(tone, params(120), out=tmp_path, batch_size=20, shard_size=40, seed=4, progress=progress)
+        result = batch.generate(
+            tone, params(120), out=tmp_path, batch_size=20, shard_size=40, seed=4, progress=progress
+        )
     finally:
         threading.setprofile(None)
     assert threads == dict.fromkeys(range(3), "trainmedic-batch-writer") and result.shards_written == 3
@@ -247,12 +269,18 @@ def test_a_failed_background_write_is_raised_in_the_caller_and_nothing_after_it_
     writer = ShardWriter(store.write, Stages())
     ok = {"x": np.zeros((40, 2), dtype=np.float32)}
     writer.put(HostShard(0, ok))
-    writer.put(HostShard(1, {"x": np.zeros((40, 3), dtype=np.float32)}))  # another shape: the store refuses it
-    with pytest.raises(BatchError, match=r"shard 1 \(samples 40..79\) has fields x: float32 \(3,\) but the earlier"):
+    writer.put(
+        HostShard(1, {"x": np.zeros((40, 3), dtype=np.float32)})
+    )  # another shape: the store refuses it
+    with pytest.raises(
+        BatchError, match=r"shard 1 \(samples 40..79\) has fields x: float32 \(3,\) but the earlier"
+    ):
         writer.put(HostShard(2, ok))  # raised here if shard 1 has failed by now...
         writer.close()  # ...else here
     writer.shut()
-    assert [e["index"] for e in store.manifest["shards"]] == [0] and not (tmp_path / "job/shard-000002").exists()
+    assert [e["index"] for e in store.manifest["shards"]] == [0] and not (
+        tmp_path / "job/shard-000002"
+    ).exists()
 
 
 def test_an_unexpected_writer_error_is_named_with_its_shard(tmp_path):
@@ -260,7 +288,9 @@ def test_an_unexpected_writer_error_is_named_with_its_shard(tmp_path):
     writer = ShardWriter(store.write, Stages())
     objects = np.empty((40,), dtype=object)  # np.save refuses object arrays without pickle
     writer.put(HostShard(0, {"x": objects}))
-    with pytest.raises(BatchError, match=r"writing shard 0 failed in the background writer \(ValueError: .*pickle") as info:
+    with pytest.raises(
+        BatchError, match=r"writing shard 0 failed in the background writer \(ValueError: .*pickle"
+    ) as info:
         writer.close()
     assert isinstance(info.value.__cause__, ValueError)
     assert store.missing() == [0, 1, 2] and not list((tmp_path / "job").glob("shard-*"))
@@ -273,19 +303,25 @@ def test_the_verdict_names_the_disk_when_writing_sets_the_pace():
     assert line.startswith("2,500 samples/s; generate 1.00 s, copy 0.10 s, write 3.00 s in the background")
     assert "writing shards is the bottleneck (the generator waited 1.90 s for it)" in line
     fast_disk = {"generate": 3.0, "copy": 0.1, "write": 1.0, "waited": 0.0}
-    assert bottleneck(fast_disk) == "generate" and describe(fast_disk, 10_000, 3.2).endswith("generating is the bottleneck, writing keeps up")
+    assert bottleneck(fast_disk) == "generate" and describe(fast_disk, 10_000, 3.2).endswith(
+        "generating is the bottleneck, writing keeps up"
+    )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_shards_come_through_pinned_buffers_and_match_the_per_sample_calls(tmp_path):
     p = params(300)
-    result = batch.generate(tone, p, out=tmp_path, batch_size=20, shard_size=40, seed=4, device="cuda", progress=False)
+    result = batch.generate(
+        tone, p, out=tmp_path, batch_size=20, shard_size=40, seed=4, device="cuda", progress=False
+    )
     assert result.shards_written == 8 and result.stages["copy"] > 0
     vf = batch.vectorize(tone)
     for i in (0, 41, 299):
         shard, row = divmod(i, 40)
         iq = np.load(tmp_path / f"shard-{shard:06d}/iq.npy")[row]
-        one = vf.one(i, torch.tensor(p["freq"][i], device="cuda"), torch.tensor(p["snr_db"][i], device="cuda"), seed=4)
+        one = vf.one(
+            i, torch.tensor(p["freq"][i], device="cuda"), torch.tensor(p["snr_db"][i], device="cuda"), seed=4
+        )
         np.testing.assert_allclose(iq, one["iq"].cpu().numpy(), rtol=1e-5, atol=1e-6)
 
 
@@ -297,8 +333,15 @@ def test_the_bar_shows_where_the_time_goes(tmp_path, monkeypatch):
     from trainmedic.progress import ProgressBar
 
     out = io.StringIO()
-    batch.generate(tone, params(300), out=tmp_path / "job", batch_size=20, shard_size=40, seed=4,
-                   progress=ProgressBar(stream=out, unit="samples"))
+    batch.generate(
+        tone,
+        params(300),
+        out=tmp_path / "job",
+        batch_size=20,
+        shard_size=40,
+        seed=4,
+        progress=ProgressBar(stream=out, unit="samples"),
+    )
     drawn = out.getvalue()
     assert "300/300" in drawn
     assert re.search(r"gen \d+\.\d s, copy \d+\.\d s, write \d+\.\d s", drawn), drawn

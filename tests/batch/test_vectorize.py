@@ -32,7 +32,9 @@ def test_the_batch_size_does_not_change_any_sample():
     vf = vectorize(tone)
     cols = columns(30)
     whole = vf(**cols, seed=1)["iq"]
-    parts = torch.cat([vf(**{k: v[s : s + 7] for k, v in cols.items()}, seed=1, start=s)["iq"] for s in range(0, 30, 7)])
+    parts = torch.cat(
+        [vf(**{k: v[s : s + 7] for k, v in cols.items()}, seed=1, start=s)["iq"] for s in range(0, 30, 7)]
+    )
     assert torch.equal(whole, parts)
 
 
@@ -93,7 +95,10 @@ def ragged(freq, snr_db):
 
 def test_outputs_that_change_shape_per_sample_are_named():
     cols = {"freq": torch.tensor([2.0, 2.0, 3.0]), "snr_db": torch.zeros(3)}
-    with pytest.warns(FallbackWarning), pytest.raises(BatchError, match=r"shape \(2,\) for sample 0 but \(3,\) for sample 2"):
+    with (
+        pytest.warns(FallbackWarning),
+        pytest.raises(BatchError, match=r"shape \(2,\) for sample 0 but \(3,\) for sample 2"),
+    ):
         vectorize(ragged)(**cols)
 
 

@@ -33,7 +33,9 @@ def child_env(**extra: str) -> dict[str, str]:
 class Child:
     """A child script running as a real process, its stdout/stderr going to files in ``workdir``."""
 
-    def __init__(self, script: str, args: list[Any], workdir: Path, tag: str, env: dict[str, str] | None = None):
+    def __init__(
+        self, script: str, args: list[Any], workdir: Path, tag: str, env: dict[str, str] | None = None
+    ):
         self.progress = workdir / f"{tag}.progress"
         self.stdout_path = workdir / f"{tag}.stdout"
         self.stderr_path = workdir / f"{tag}.stderr"
@@ -60,7 +62,9 @@ class Child:
     def find(self, tag: str) -> list[list[str]]:
         return [parts for parts in self.lines() if parts[0] == tag]
 
-    def wait_for(self, predicate: Callable[[list[str]], bool], what: str, timeout: float = WAIT_S) -> list[str]:
+    def wait_for(
+        self, predicate: Callable[[list[str]], bool], what: str, timeout: float = WAIT_S
+    ) -> list[str]:
         """Poll the progress file until a line satisfies ``predicate``; fail if the child exits first."""
         end = time.monotonic() + timeout
         while True:
@@ -72,7 +76,9 @@ class Child:
                 for parts in self.lines():
                     if predicate(parts):
                         return parts
-                raise AssertionError(f"child exited with {self.proc.returncode} before {what}:\n{self.describe()}")
+                raise AssertionError(
+                    f"child exited with {self.proc.returncode} before {what}:\n{self.describe()}"
+                )
             if time.monotonic() > end:
                 self.kill()
                 raise AssertionError(f"no {what} within {timeout:.0f} s:\n{self.describe()}")
@@ -137,7 +143,15 @@ _FORK_SERVER: Any = None
 # Imported once by the fork server; torch._dynamo is what the first optimizer of a process
 # imports (~1.5 s of the ~3 s a torch child otherwise spends before its first step). Names only
 # from site-packages: Python 3.11's fork server ignores the parent's sys.path when preloading.
-PRELOAD = ["numpy", "torch", "torch._dynamo", "torch.optim", "torchdata.stateful_dataloader", "trainmedic.data", "trainmedic.checkpoint"]
+PRELOAD = [
+    "numpy",
+    "torch",
+    "torch._dynamo",
+    "torch.optim",
+    "torchdata.stateful_dataloader",
+    "trainmedic.data",
+    "trainmedic.checkpoint",
+]
 
 
 def fork_server() -> Any:
@@ -166,12 +180,16 @@ class ForkedChild(Child):
         from forked import run
 
         module = script.removesuffix(".py")
-        process = context.Process(target=run, args=(module, argv, str(self.stdout_path), str(self.stderr_path), str(workdir)))
+        process = context.Process(
+            target=run, args=(module, argv, str(self.stdout_path), str(self.stderr_path), str(workdir))
+        )
         process.start()
         return _Forked(process)
 
 
-def run_child(script: str, args: list[Any], workdir: Path, tag: str, timeout: float = WAIT_S, **kw: Any) -> Child:
+def run_child(
+    script: str, args: list[Any], workdir: Path, tag: str, timeout: float = WAIT_S, **kw: Any
+) -> Child:
     child = Child(script, args, workdir, tag, **kw)
     child.finish(timeout)
     return child
@@ -221,13 +239,19 @@ def assert_same(a: Any, b: Any, where: str = "state") -> None:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor), f"{where}: tensor vs {type(b).__name__}"
-        assert a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
-        assert torch.equal(a, b), f"{where}: tensors differ (max abs diff {(a.double() - b.double()).abs().max().item()})"
+        assert a.dtype == b.dtype and a.shape == b.shape, (
+            f"{where}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
+        )
+        assert torch.equal(a, b), (
+            f"{where}: tensors differ (max abs diff {(a.double() - b.double()).abs().max().item()})"
+        )
     elif isinstance(a, np.ndarray):
         assert isinstance(b, np.ndarray) and a.dtype == b.dtype, f"{where}: array vs {type(b).__name__}"
         assert np.array_equal(a, b), f"{where}: arrays differ"
     elif isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), f"{where}: keys {sorted(map(str, a))} vs {sorted(map(str, b))}"
+        assert isinstance(b, dict) and set(a) == set(b), (
+            f"{where}: keys {sorted(map(str, a))} vs {sorted(map(str, b))}"
+        )
         for key in a:
             assert_same(a[key], b[key], f"{where}[{key!r}]")
     elif isinstance(a, (list, tuple)):

@@ -44,8 +44,12 @@ def test_a_disk_that_fills_mid_save_raises_and_keeps_the_previous_checkpoint(tmp
     assert report["first"] is True and "second" not in report, report
     assert "step 2" in report["error"] and "File too large" in report["error"], report["error"]
     assert report["latest"] == 1, "a half-written checkpoint became the latest"
-    assert [e for e in report["entries"] if e.startswith(".")] == [], f"the failed save left {report['entries']}"
-    assert report["after"] is True and report["latest_after"] == 3, "the Checkpointer is unusable after a failed save"
+    assert [e for e in report["entries"] if e.startswith(".")] == [], (
+        f"the failed save left {report['entries']}"
+    )
+    assert report["after"] is True and report["latest_after"] == 3, (
+        "the Checkpointer is unusable after a failed save"
+    )
 
 
 def test_a_full_disk_is_reported_before_training_starts(tmp_path):
@@ -62,13 +66,17 @@ def test_a_full_disk_is_reported_before_training_starts(tmp_path):
 
 def model(head: int, extra: str) -> torch.nn.Module:
     torch.manual_seed(head)
-    return torch.nn.ModuleDict({"enc": torch.nn.Linear(4, 8), "head": torch.nn.Linear(8, head), extra: torch.nn.Linear(3, 3)})
+    return torch.nn.ModuleDict(
+        {"enc": torch.nn.Linear(4, 8), "head": torch.nn.Linear(8, head), extra: torch.nn.Linear(3, 3)}
+    )
 
 
 def test_a_checkpoint_of_another_model_names_the_keys_and_changes_nothing(tmp_path):
     saved = model(2, "old")
     ckpt = checkpointer(tmp_path)
-    assert ckpt.save(1, model=saved, optimizer=torch.optim.SGD(saved.parameters(), lr=0.1), notes={"epoch": 1})
+    assert ckpt.save(
+        1, model=saved, optimizer=torch.optim.SGD(saved.parameters(), lr=0.1), notes={"epoch": 1}
+    )
 
     other = model(3, "new")
     optimizer = torch.optim.SGD(other.parameters(), lr=0.5)
@@ -153,7 +161,13 @@ def test_a_corrupted_checkpoint_is_skipped_with_its_reason(tmp_path, caplog, dam
 
 @pytest.mark.parametrize(
     "deadline",
-    [dt.datetime.now() - dt.timedelta(minutes=5), dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1), "0s", dt.timedelta(seconds=-3), -1.0],
+    [
+        dt.datetime.now() - dt.timedelta(minutes=5),
+        dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1),
+        "0s",
+        dt.timedelta(seconds=-3),
+        -1.0,
+    ],
     ids=["naive datetime", "aware datetime", "0s", "negative timedelta", "negative seconds"],
 )
 def test_a_deadline_already_past_is_refused_at_construction(tmp_path, deadline):
@@ -166,7 +180,13 @@ def test_a_deadline_already_past_is_refused_at_construction(tmp_path, deadline):
 
 @pytest.mark.parametrize(
     "kwargs, named",
-    [({"keep_last": 0}, "keep_last"), ({"every": 0}, "every"), ({"every": "soon"}, "soon"), ({"signals": ("SIGNOPE",)}, "SIGNOPE"), ({"deadline": "tomorrow"}, "tomorrow")],
+    [
+        ({"keep_last": 0}, "keep_last"),
+        ({"every": 0}, "every"),
+        ({"every": "soon"}, "soon"),
+        ({"signals": ("SIGNOPE",)}, "SIGNOPE"),
+        ({"deadline": "tomorrow"}, "tomorrow"),
+    ],
 )
 def test_bad_arguments_are_named(tmp_path, kwargs, named):
     with pytest.raises(CheckpointError) as error:

@@ -14,7 +14,12 @@ from ckpt_kit import Child, ForkedChild
 @pytest.mark.parametrize(
     "with_torch, kind, serializer",
     # With torch loaded, a NumPy state is still pickled: torch.save would copy every array.
-    [(False, "numpy", "pickle"), (True, "module", "torch"), (True, "tensors", "torch"), (True, "numpy", "pickle")],
+    [
+        (False, "numpy", "pickle"),
+        (True, "module", "torch"),
+        (True, "tensors", "torch"),
+        (True, "numpy", "pickle"),
+    ],
     ids=["pickle-numpy", "torch-module", "torch-dict-of-tensors", "torch-numpy"],
 )
 def test_a_big_state_is_saved_without_a_second_copy_in_memory(tmp_path, with_torch, kind, serializer):

@@ -15,7 +15,20 @@ def test_the_deadline_save_finishes_before_the_deadline_and_exits_75(tmp_path):
     directory = tmp_path / "ckpt"
     child = Child(
         "numpy_loop.py",
-        ["--dir", directory, "--every", "10m", "--size-mb", 60, "--total", 10**6, "--step-seconds", STEP_S, "--deadline-in", DEADLINE_S],
+        [
+            "--dir",
+            directory,
+            "--every",
+            "10m",
+            "--size-mb",
+            60,
+            "--total",
+            10**6,
+            "--step-seconds",
+            STEP_S,
+            "--deadline-in",
+            DEADLINE_S,
+        ],
         tmp_path,
         "deadline",
     )
@@ -33,7 +46,9 @@ def test_the_deadline_save_finishes_before_the_deadline_and_exits_75(tmp_path):
     # stopped_at is taken when save() has returned (Preempted raised): the save was over by then.
     assert stopped_at <= deadline, f"the deadline save ended {stopped_at - deadline:.3f} s after the deadline"
     # ... and not absurdly early: the run used its time, stopping within the last few save+step lengths.
-    assert stopped_at >= deadline - 1.5 - 3 * (save_seconds + STEP_S), f"stopped {deadline - stopped_at:.2f} s before the deadline"
+    assert stopped_at >= deadline - 1.5 - 3 * (save_seconds + STEP_S), (
+        f"stopped {deadline - stopped_at:.2f} s before the deadline"
+    )
     # The schedule wrote only the first call; the deadline save raised Preempted (no "step" line).
     assert [int(p[1]) for p in child.find("step") if p[2] == "1"] == [1]
     assert int(child.find("step")[-1][1]) == step - 1

@@ -20,7 +20,9 @@ from ckpt_kit import ForkedChild, assert_same
 class Reference:
     def __init__(self, directory):
         self.directory = directory
-        self.child = ForkedChild("torch_resume.py", ["--mode", "plain", "--out", directory / "plain"], directory, "plain")
+        self.child = ForkedChild(
+            "torch_resume.py", ["--mode", "plain", "--out", directory / "plain"], directory, "plain"
+        )
 
     def result(self, variant: str) -> dict:
         self.child.expect_success()
@@ -37,7 +39,18 @@ def reference(tmp_path_factory):
 def killed_at(tmp_path, variant: str, run: int, hold_at: int) -> ForkedChild:
     child = ForkedChild(
         "torch_resume.py",
-        ["--mode", "ckpt", "--variant", variant, "--dir", tmp_path / "ckpt", "--out", tmp_path / f"run{run}", "--hold-at", hold_at],
+        [
+            "--mode",
+            "ckpt",
+            "--variant",
+            variant,
+            "--dir",
+            tmp_path / "ckpt",
+            "--out",
+            tmp_path / f"run{run}",
+            "--hold-at",
+            hold_at,
+        ],
         tmp_path,
         f"run{run}",
     )

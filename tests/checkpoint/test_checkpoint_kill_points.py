@@ -42,7 +42,9 @@ def start(tmp_path, args: list, tag: str, serializer: str) -> Child:
 
 def calibrate(tmp_path, during: str, directory, serializer: str = "pickle") -> list[list[str]]:
     trace = tmp_path / f"trace-{during}.json"
-    child = start(tmp_path, ["--dir", directory, "--during", during, "--trace", trace], f"calib-{during}", serializer)
+    child = start(
+        tmp_path, ["--dir", directory, "--during", during, "--trace", trace], f"calib-{during}", serializer
+    )
     assert child.finish() == 0, child.describe()
     assert manifest(checkpoints(directory)[-1])["files"]["state.pt"]["serializer"] == serializer
     return json.loads(trace.read_text())
@@ -85,18 +87,24 @@ def test_a_kill_at_any_point_of_a_save_restores_the_newest_complete_checkpoint(t
     publish = [
         i + 1
         for i, call in enumerate(trace)
-        if call[0] in ("os.rename", "os.replace", "shutil.move") and CKPT_NAME.match(call[-1].rsplit("/", 1)[-1]) and step_of(call[-1]) == 3
+        if call[0] in ("os.rename", "os.replace", "shutil.move")
+        and CKPT_NAME.match(call[-1].rsplit("/", 1)[-1])
+        and step_of(call[-1]) == 3
     ]
     assert len(publish) == 1, f"expected one rename publishing step 3 in {trace}"
     publish_at = publish[0]
     fsyncs_before = names[: publish_at - 1].count("os.fsync")
     assert fsyncs_before >= 3, f"the files and the directory must be fsynced before the rename: {trace}"
     deletes = [i + 1 for i, call in enumerate(trace) if any("-step-1" in str(arg) for arg in call[1:])]
-    assert deletes and min(deletes) > publish_at, f"the oldest checkpoint was touched before step 3 was published: {trace}"
+    assert deletes and min(deletes) > publish_at, (
+        f"the oldest checkpoint was touched before step 3 was published: {trace}"
+    )
 
     runs = kill_runs(tmp_path, "save", len(trace), serializer=serializer)
     for n, (directory, _child) in runs.items():
-        where = f"killed before call {n}/{len(trace)} {trace[n - 1][:2] if n <= len(trace) else '(not killed)'}"
+        where = (
+            f"killed before call {n}/{len(trace)} {trace[n - 1][:2] if n <= len(trace) else '(not killed)'}"
+        )
         assert len(checkpoints(directory)) <= 3, f"{where}: {checkpoints(directory)}"
         ckpt, step, state, extra, before = restore_fresh(directory, caplog)
         expected = 3 if n > publish_at else 2
@@ -108,11 +116,15 @@ def test_a_kill_at_any_point_of_a_save_restores_the_newest_complete_checkpoint(t
         interrupted = [p for p in before if p.name.startswith(".tmp-")]
         skipped = {Path(p).name: reason for p, reason in ckpt.resumed.skipped}
         for path in interrupted:
-            assert path.name in skipped, f"{where}: restore did not report the interrupted save {path.name}: {skipped}"
+            assert path.name in skipped, (
+                f"{where}: restore did not report the interrupted save {path.name}: {skipped}"
+            )
             assert "interrupted" in skipped[path.name], skipped[path.name]
             assert path.name in caplog.text, f"{where}: the interrupted save is not logged:\n{caplog.text}"
         if 1 < n <= publish_at:
-            assert interrupted, f"{where}: a save killed before publishing left no temporary directory to report"
+            assert interrupted, (
+                f"{where}: a save killed before publishing left no temporary directory to report"
+            )
         assert temp_entries(directory) == [], f"{where}: leftovers after restore: {temp_entries(directory)}"
 
         assert ckpt.save(4, state=state_of(4), extra=extra), where
@@ -130,7 +142,9 @@ def test_a_kill_while_the_checkpointer_starts_leaves_nothing_behind(tmp_path, ca
 
     setup(tmp_path / "calib-init-dir")
     trace = calibrate(tmp_path, "init", tmp_path / "calib-init-dir")
-    assert "os.fsync" in [call[0] for call in trace], f"construction does not prove the directory takes a synced file: {trace}"
+    assert "os.fsync" in [call[0] for call in trace], (
+        f"construction does not prove the directory takes a synced file: {trace}"
+    )
     runs = kill_runs(tmp_path, "init", len(trace), setup=setup)
     for n, (directory, _child) in runs.items():
         where = f"killed before init call {n}/{len(trace)} {trace[n - 1][:2] if n <= len(trace) else '(not killed)'}"
@@ -139,5 +153,7 @@ def test_a_kill_while_the_checkpointer_starts_leaves_nothing_behind(tmp_path, ca
         expected = 3 if n <= len(trace) else 6
         assert step == expected and state["step"] == expected, where
         assert ckpt.save(step + 1, state=state_of(step + 1), extra=extra), where
-        assert temp_entries(directory) == [], f"{where}: a start-up killed mid-way leaves {temp_entries(directory)} forever"
+        assert temp_entries(directory) == [], (
+            f"{where}: a start-up killed mid-way leaves {temp_entries(directory)} forever"
+        )
         assert len(published(directory)) == 2, where

@@ -36,7 +36,9 @@ def test_random_sigkills_never_fail_a_restore_nor_lose_a_completed_save(tmp_path
             child.wait_tag("restored")
             time.sleep(rng.uniform(0.0, 0.25))  # the kill's random timing, not a synchronisation
         code = child.kill()
-        assert code == -signal.SIGKILL, f"run {run} ended by itself before the kill ({code}):\n{child.describe()}"
+        assert code == -signal.SIGKILL, (
+            f"run {run} ended by itself before the kill ({code}):\n{child.describe()}"
+        )
 
         restored = child.find("restored")
         if restored:
@@ -54,22 +56,31 @@ def test_random_sigkills_never_fail_a_restore_nor_lose_a_completed_save(tmp_path
         history.append(floor)
 
         complete = checkpoints(directory)
-        assert len(complete) <= KEEP_LAST + 1, f"after kill {run}: {len(complete)} complete checkpoints: {complete}"
+        assert len(complete) <= KEEP_LAST + 1, (
+            f"after kill {run}: {len(complete)} complete checkpoints: {complete}"
+        )
         leftovers = temp_entries(directory)
         assert len(leftovers) <= 2, f"after kill {run}: temporary directories pile up: {leftovers}"
         if set(leftovers) - before:
             mid_save += 1
 
     print(f"{KILLS} kills, {mid_save} inside a save, steps reached: {history}")
-    assert mid_save >= KILLS // 4, f"only {mid_save} of {KILLS} kills landed inside a save; the test lost its teeth"
+    assert mid_save >= KILLS // 4, (
+        f"only {mid_save} of {KILLS} kills landed inside a save; the test lost its teeth"
+    )
     assert floor >= 10, f"the run made almost no progress across {KILLS} restarts: {history}"
 
     total = floor + 5
-    final = run_child("numpy_loop.py", [*common, "--total", total, "--out", tmp_path / "resumed.pkl"], tmp_path, "final")
+    final = run_child(
+        "numpy_loop.py", [*common, "--total", total, "--out", tmp_path / "resumed.pkl"], tmp_path, "final"
+    )
     assert final.proc.returncode == 0, final.describe()
     assert int(final.find("restored")[0][1]) in (floor, floor + 1)
     reference = run_child(
-        "numpy_loop.py", ["--plain", "--size-mb", SIZE_MB, "--total", total, "--out", tmp_path / "plain.pkl"], tmp_path, "plain"
+        "numpy_loop.py",
+        ["--plain", "--size-mb", SIZE_MB, "--total", total, "--out", tmp_path / "plain.pkl"],
+        tmp_path,
+        "plain",
     )
     assert reference.proc.returncode == 0, reference.describe()
     resumed = pickle.loads((tmp_path / "resumed.pkl").read_bytes())
@@ -81,4 +92,6 @@ def test_random_sigkills_never_fail_a_restore_nor_lose_a_completed_save(tmp_path
     assert len(complete) == KEEP_LAST, complete
     assert manifest(complete[-1])["step"] == total
     assert {f["serializer"] for f in manifest(complete[-1])["files"].values()} == {"pickle"}
-    assert temp_entries(directory) == [], "a completed save in a fresh process left stale temporary directories"
+    assert temp_entries(directory) == [], (
+        "a completed save in a fresh process left stale temporary directories"
+    )

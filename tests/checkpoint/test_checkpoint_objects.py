@@ -75,7 +75,12 @@ def test_objects_come_back_in_place_and_values_in_resumed_values(tmp_path):
         assert np.array_equal(resumed.values[name], value) if name == "arr" else resumed.values[name] == value
     assert set(resumed.loaded) == {"box", "items", "tags", "thing", *gens, *values}
     assert list(resumed.missing) == ["absent"]
-    assert (resumed.step, resumed.phase, Path(resumed.path), list(resumed.skipped)) == (9, None, checkpoints(tmp_path)[-1], [])
+    assert (resumed.step, resumed.phase, Path(resumed.path), list(resumed.skipped)) == (
+        9,
+        None,
+        checkpoints(tmp_path)[-1],
+        [],
+    )
 
 
 def test_global_rng_streams_are_restored_and_rng_false_leaves_them(tmp_path):
@@ -105,7 +110,12 @@ def test_latest_last_save_and_the_manifest_describe_the_checkpoint(tmp_path):
     assert ckpt.save(5, phase="warmup", model=model, meta={"k": 2})
     info = ckpt.latest()
     path = checkpoints(tmp_path)[-1]
-    assert (info.step, info.phase, Path(info.path), tuple(info.phases_done)) == (5, "warmup", path, ("warmup",))
+    assert (info.step, info.phase, Path(info.path), tuple(info.phases_done)) == (
+        5,
+        "warmup",
+        path,
+        ("warmup",),
+    )
     assert (step_of(path), phase_of(path)) == (5, "warmup")
     assert info.seq == int(path.name[:6]) > int(checkpoints(tmp_path)[0].name[:6])
     assert before <= info.time <= dt.datetime.now(dt.timezone.utc)
@@ -115,14 +125,26 @@ def test_latest_last_save_and_the_manifest_describe_the_checkpoint(tmp_path):
 
     facts = manifest(path)
     assert facts["format"] == "trainmedic.checkpoint/1"
-    assert (facts["step"], facts["phase"], facts["phases_done"], facts["seq"]) == (5, "warmup", ["warmup"], info.seq)
+    assert (facts["step"], facts["phase"], facts["phases_done"], facts["seq"]) == (
+        5,
+        "warmup",
+        ["warmup"],
+        info.seq,
+    )
     assert dt.datetime.fromisoformat(facts["time"]) >= before
-    assert set(facts["files"]) == {"model.pt", "meta.pt", "_rng.pt"} and set(facts["objects"]) == {"model", "meta"}
+    assert set(facts["files"]) == {"model.pt", "meta.pt", "_rng.pt"} and set(facts["objects"]) == {
+        "model",
+        "meta",
+    }
     # Tensors go through torch.save, plain values through pickle 5: each without a copy in memory.
     serializers = {"model.pt": "torch", "meta.pt": "pickle", "_rng.pt": "torch"}
     for name, entry in facts["files"].items():
         data = (path / name).read_bytes()
-        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "serializer": serializers[name]}
+        assert entry == {
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "serializer": serializers[name],
+        }
     assert (ckpt.done("warmup"), ckpt.done("train")) == (True, False)
 
 
@@ -172,4 +194,6 @@ def test_keep_last_keeps_the_newest_and_every_phase_boundary(tmp_path):
         assert len(checkpoints(tmp_path)) <= 3 + (step >= 3)
     kept = [(step_of(p), phase_of(p)) for p in checkpoints(tmp_path)]
     assert kept == [(3, "warmup"), (8, None), (9, None), (10, None)]
-    assert sorted(tmp_path.iterdir()) == sorted(checkpoints(tmp_path)), "something else was left in the directory"
+    assert sorted(tmp_path.iterdir()) == sorted(checkpoints(tmp_path)), (
+        "something else was left in the directory"
+    )

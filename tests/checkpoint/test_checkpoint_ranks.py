@@ -103,8 +103,16 @@ SCRIPT = textwrap.dedent(
 
 # --standalone: torchrun binds its rendezvous store to a port the OS picks, where a port found free
 # beforehand could be taken by another process before torchrun binds it.
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "--local-addr", "127.0.0.1"]
+TORCHRUN = [
+    sys.executable,
+    "-m",
+    "torch.distributed.run",
+    "--standalone",
+    "--nproc-per-node",
+    "2",
+    "--local-addr",
+    "127.0.0.1",
+]
 
 
 def torchrun(tmp_path, tag, stop_at=0):
@@ -141,8 +149,14 @@ def runs(tmp_path_factory):
     saved_at_stop = json.loads(manifests[-1].read_text())
     resumed, result = torchrun(base, "resumed")
     assert result.returncode == 0, result.stderr[-3000:]
-    return {"full": full, "stopped": stopped, "resumed": resumed, "base": base, "manifest": saved_at_stop,
-            "full_dir": tmp / "a"}
+    return {
+        "full": full,
+        "stopped": stopped,
+        "resumed": resumed,
+        "base": base,
+        "manifest": saved_at_stop,
+        "full_dir": tmp / "a",
+    }
 
 
 def test_a_two_rank_run_stopped_by_a_signal_on_one_rank_resumes_exactly_on_both(runs):
@@ -157,7 +171,9 @@ def test_a_two_rank_run_stopped_by_a_signal_on_one_rank_resumes_exactly_on_both(
         before = [b for b in batches(stopped, rank) if int(b[0]) <= STOP_AT]
         assert len(before) == len(batches(stopped, rank)) == STOP_AT
         assert before + batches(resumed, rank) == batches(full, rank)
-        assert lines(resumed, "final", rank) == lines(full, "final", rank)  # dropout streams of each rank restored
+        assert lines(resumed, "final", rank) == lines(
+            full, "final", rank
+        )  # dropout streams of each rank restored
     assert lines(full, "final", 0) == lines(full, "final", 1)  # DDP kept the replicas equal
     assert runs["manifest"]["step"] == STOP_AT and runs["manifest"]["world_size"] == 2
     assert runs["manifest"]["sharded"] == ["loader"]
@@ -168,7 +184,9 @@ def test_the_shards_of_two_real_ranks_are_disjoint_and_complete_each_epoch(runs)
     per_rank = [batches(full, r) for r in range(2)]
     assert len(per_rank[0]) == len(per_rank[1]) == EPOCHS * 7
     for epoch in range(EPOCHS):
-        served = [[int(v) for b in per_rank[r] if b[1] == str(epoch) for v in b[2].split(",")] for r in range(2)]
+        served = [
+            [int(v) for b in per_rank[r] if b[1] == str(epoch) for v in b[2].split(",")] for r in range(2)
+        ]
         assert len(served[0]) == len(served[1]) == 102
         assert set(served[0]) | set(served[1]) == set(range(N))
         assert len(set(served[0]) & set(served[1])) == 1  # the one padded sample (203 over 2 ranks)
@@ -209,10 +227,15 @@ def test_resuming_with_another_world_size_names_both_sizes(runs):
     import torch
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 1))
-    loader = data.load({"x": np.zeros((N, 4), np.float32), "i": np.arange(N)}, batch_size=BATCH, seed=3, progress=False)
+    loader = data.load(
+        {"x": np.zeros((N, 4), np.float32), "i": np.arange(N)}, batch_size=BATCH, seed=3, progress=False
+    )
     directory = runs["base"] / "ckpt"
-    with pytest.raises(CheckpointError, match=r"saved by a run of 2 process\(es\) and this run has 1: 'loader'.*"
-                                              r"Resume with 2 process\(es\) \(torchrun --nproc-per-node 2"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"saved by a run of 2 process\(es\) and this run has 1: 'loader'.*"
+        r"Resume with 2 process\(es\) \(torchrun --nproc-per-node 2",
+    ):
         Checkpointer(directory, signals=()).restore(model=model, loader=loader)
     # Without the sharded loader the weights load at any world size, with a note.
     ckpt = Checkpointer(directory, signals=())
@@ -245,7 +268,9 @@ def test_a_checkpointer_used_on_rank_0_only_is_a_clear_error_not_a_hang(tmp_path
     script = tmp_path / "alone.py"
     script.write_text(ALONE)
     cmd = [*TORCHRUN, str(script), str(tmp_path / "ckpt")]
-    result = run_group(cmd, timeout=120, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    result = run_group(
+        cmd, timeout=120, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")
+    )
     assert result.returncode != 0
     assert "CheckpointError: the Checkpointer on rank 0 of 2 waited 3 s for the other ranks" in result.stderr
     assert "not inside `if rank == 0:`" in result.stderr

@@ -25,8 +25,12 @@ def test_a_signal_saves_at_the_next_step_and_exits_with_a_resume_message(tmp_pat
 
     logged = [int(p[1]) for p in child.find("step")]
     saved = step_of(checkpoints(directory)[-1])
-    assert saved == logged[-1] + 1, f"saved step {saved}; the last save() call that returned was step {logged[-1]}"
-    assert [int(p[1]) for p in child.find("step") if p[2] == "1"] == [1], "wrote other than the first and the signal save"
+    assert saved == logged[-1] + 1, (
+        f"saved step {saved}; the last save() call that returned was step {logged[-1]}"
+    )
+    assert [int(p[1]) for p in child.find("step") if p[2] == "1"] == [1], (
+        "wrote other than the first and the signal save"
+    )
     preempted = child.find("preempted")[0]
     assert preempted[1:3] == [str(128 + signum), str(saved)]
     message = json.loads(" ".join(child.find("message")[0][1:]))
@@ -39,16 +43,37 @@ def test_a_signal_saves_at_the_next_step_and_exits_with_a_resume_message(tmp_pat
     assert resumed.proc.returncode == 0, resumed.describe()
     assert resumed.find("restored")[0][1] == str(saved)
     assert [int(p[1]) for p in resumed.find("step")] == list(range(saved + 1, TOTAL + 1))
-    plain = run_child("numpy_loop.py", ["--plain", "--size-mb", 0.5, "--total", TOTAL, "--out", tmp_path / "plain.pkl"], tmp_path, "plain")
+    plain = run_child(
+        "numpy_loop.py",
+        ["--plain", "--size-mb", 0.5, "--total", TOTAL, "--out", tmp_path / "plain.pkl"],
+        tmp_path,
+        "plain",
+    )
     assert plain.proc.returncode == 0, plain.describe()
-    assert_same(pickle.loads((tmp_path / "resumed.pkl").read_bytes()), pickle.loads((tmp_path / "plain.pkl").read_bytes()))
+    assert_same(
+        pickle.loads((tmp_path / "resumed.pkl").read_bytes()),
+        pickle.loads((tmp_path / "plain.pkl").read_bytes()),
+    )
 
 
 def test_with_exit_on_stop_false_the_save_returns_and_the_loop_ends_itself(tmp_path):
     directory = tmp_path / "ckpt"
     child = Child(
         "numpy_loop.py",
-        ["--dir", directory, "--every", 1000, "--size-mb", 0.5, "--total", 10**6, "--step-seconds", 0.01, "--exit-on-stop", 0],
+        [
+            "--dir",
+            directory,
+            "--every",
+            1000,
+            "--size-mb",
+            0.5,
+            "--total",
+            10**6,
+            "--step-seconds",
+            0.01,
+            "--exit-on-stop",
+            0,
+        ],
         tmp_path,
         "stopping",
     )

@@ -26,11 +26,15 @@ from trainmedic.errors import CheckpointError, CheckpointMismatchError
 def _child(tmp_path: Path, body: str) -> subprocess.Popen:
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(body))
-    return subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_a_repeated_sigterm_still_saves_at_the_next_step(tmp_path):
-    child = _child(tmp_path, """
+    child = _child(
+        tmp_path,
+        """
         import os, signal, time
         from pathlib import Path
         from trainmedic.checkpoint import Checkpointer, Preempted
@@ -44,7 +48,8 @@ def test_a_repeated_sigterm_still_saves_at_the_next_step(tmp_path):
                 os.kill(os.getpid(), signal.SIGTERM)  # a launcher forwarding it, and the scheduler
             time.sleep(0.001)
             ckpt.save(step + 1, state=state)
-    """)
+    """,
+    )
     out, err = child.communicate(timeout=60)
     assert child.returncode == 128 + 15, err
     assert "saved step 21" in err
@@ -52,7 +57,9 @@ def test_a_repeated_sigterm_still_saves_at_the_next_step(tmp_path):
 
 
 def test_a_signal_after_the_loop_ends_the_process_after_the_grace(tmp_path):
-    child = _child(tmp_path, """
+    child = _child(
+        tmp_path,
+        """
         import time
         from pathlib import Path
         from trainmedic.checkpoint import Checkpointer, Preempted
@@ -61,7 +68,8 @@ def test_a_signal_after_the_loop_ends_the_process_after_the_grace(tmp_path):
             ckpt.save(step + 1, state={"n": step})
         Path("ready").write_text("")
         time.sleep(120)  # evaluation after the loop: no more save() calls
-    """)
+    """,
+    )
     wait_for((tmp_path / "ready").exists, timeout=30)
     started = time.monotonic()
     child.terminate()
@@ -71,14 +79,17 @@ def test_a_signal_after_the_loop_ends_the_process_after_the_grace(tmp_path):
 
 
 def test_a_forced_save_past_the_deadline_ends_the_run(tmp_path):
-    child = _child(tmp_path, """
+    child = _child(
+        tmp_path,
+        """
         import time
         from trainmedic.checkpoint import Checkpointer, Preempted
         ckpt = Checkpointer("ck", every=10**6, deadline="2s")
         for epoch in range(100):
             time.sleep(0.3)  # one epoch
             ckpt.save(epoch + 1, force=True, state={"epoch": epoch})
-    """)
+    """,
+    )
     out, err = child.communicate(timeout=60)
     assert child.returncode == 75, err
     assert "deadline" in err and "saved step" in err
@@ -105,15 +116,21 @@ def test_arrays_and_tensors_are_filled_in_place(tmp_path):
     ckpt = Checkpointer(tmp_path)
     ckpt.restore(pool=other, ema=torch.zeros(3))
     assert other.tolist() == [0, 0, 0, 0] and ckpt.resumed.values["pool"].tolist() == [0, 1, 2, 3, 4]
-    assert "'pool' was saved as an array of shape (5,) and dtype float64 and the one given has (4,)" in str(ckpt.resumed)
+    assert "'pool' was saved as an array of shape (5,) and dtype float64 and the one given has (4,)" in str(
+        ckpt.resumed
+    )
 
 
 def test_an_optimizer_of_another_class_is_named_before_anything_loads(tmp_path):
     model = torch.nn.Linear(2, 2)
-    Checkpointer(tmp_path, every=1).save(1, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    Checkpointer(tmp_path, every=1).save(
+        1, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1)
+    )
     other = torch.nn.Linear(2, 2)
     before = other.weight.clone()
-    with pytest.raises(CheckpointMismatchError, match="torch.optim.sgd.SGD and the object given is torch.optim.adam.Adam"):
+    with pytest.raises(
+        CheckpointMismatchError, match="torch.optim.sgd.SGD and the object given is torch.optim.adam.Adam"
+    ):
         Checkpointer(tmp_path).restore(model=other, optimizer=torch.optim.Adam(other.parameters()))
     assert torch.equal(other.weight, before)
     with pytest.raises(CheckpointMismatchError, match="'model' .*torch.nn.modules.linear.Linear.*NoneType"):
@@ -121,22 +138,28 @@ def test_an_optimizer_of_another_class_is_named_before_anything_loads(tmp_path):
 
 
 def test_a_class_that_cannot_be_unpickled_is_named(tmp_path):
-    (tmp_path / "save.py").write_text(textwrap.dedent("""
+    (tmp_path / "save.py").write_text(
+        textwrap.dedent("""
         from trainmedic.checkpoint import Checkpointer, Preempted
         class Stats:
             def __init__(self): self.best = 1.0
         Checkpointer("ck", every=1).save(1, stats=Stats())
-    """))
-    (tmp_path / "load.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (tmp_path / "load.py").write_text(
+        textwrap.dedent("""
         from trainmedic.checkpoint import Checkpointer, Preempted
         from trainmedic.errors import CheckpointMismatchError
         try:
             Checkpointer("ck").restore(stats=None)
         except CheckpointMismatchError as exc:
             print(exc)
-    """))
+    """)
+    )
     subprocess.run([sys.executable, "save.py"], cwd=tmp_path, check=True)
-    out = subprocess.run([sys.executable, "load.py"], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "load.py"], cwd=tmp_path, check=True, capture_output=True, text=True
+    ).stdout
     assert "'stats'" in out and "__main__.Stats" in out and "cannot be read back" in out
 
 

@@ -41,7 +41,9 @@ def test_deadline_forms_become_monotonic_times():
     assert parse_deadline(None, 0.0, 0.0) is None
 
 
-@pytest.mark.parametrize("past", ["0s", 0, dt.timedelta(seconds=-5), dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)])
+@pytest.mark.parametrize(
+    "past", ["0s", 0, dt.timedelta(seconds=-5), dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)]
+)
 def test_a_deadline_already_past_is_refused(past):
     with pytest.raises(CheckpointError, match="already past"):
         parse_deadline(past, dt.datetime.now().timestamp(), 0.0)
@@ -160,7 +162,7 @@ def test_the_signal_goes_back_to_the_users_handler_whatever_order_catchers_close
     try:
         for order in ("made", "reversed"):
             first, second = SignalCatcher("SIGUSR1"), SignalCatcher("SIGUSR1")
-            for catcher in ((first, second) if order == "made" else (second, first)):
+            for catcher in (first, second) if order == "made" else (second, first):
                 catcher.uninstall()
             os.kill(os.getpid(), signal.SIGUSR1)
             assert heard == [signal.SIGUSR1], order

@@ -39,9 +39,11 @@ def test_compiled_and_wrapped_modules_save_the_inner_keys():
 
 
 def test_generators_come_back_to_the_same_draws():
-    for make, draw in [(lambda: np.random.default_rng(7), lambda g: g.random()),
-                       (lambda: random.Random(7), lambda g: g.random()),
-                       (lambda: torch.Generator().manual_seed(7), lambda g: torch.rand(1, generator=g).item())]:
+    for make, draw in [
+        (lambda: np.random.default_rng(7), lambda g: g.random()),
+        (lambda: random.Random(7), lambda g: g.random()),
+        (lambda: torch.Generator().manual_seed(7), lambda g: torch.rand(1, generator=g).item()),
+    ]:
         generator = make()
         saved = state.capture(generator)
         expected = draw(generator)
@@ -61,7 +63,9 @@ def test_digest_is_content_not_identity():
 
 def test_a_different_model_names_its_keys_before_loading():
     saved = state.capture(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)))
-    other = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Linear(16, 1), torch.nn.ReLU(), torch.nn.Linear(1, 1))
+    other = torch.nn.Sequential(
+        torch.nn.Linear(4, 16), torch.nn.Linear(16, 1), torch.nn.ReLU(), torch.nn.Linear(1, 1)
+    )
     with pytest.raises(CheckpointMismatchError) as info:
         state.check("model", other, saved, "runs/x/000001-step-1")
     message = str(info.value)

@@ -28,9 +28,14 @@ def test_write_names_lists_and_verifies(tmp_path):
     manifest, problem = store.verify(written.path)
     assert problem is None
     facts = manifest["files"]["state.pt"]
-    assert manifest["step"] == 100 and facts["serializer"] == "pickle"  # NumPy arrays: pickle 5, never torch.save
+    assert (
+        manifest["step"] == 100 and facts["serializer"] == "pickle"
+    )  # NumPy arrays: pickle 5, never torch.save
     assert facts["bytes"] == (written.path / "state.pt").stat().st_size
-    assert serialize.load_file(written.path / "state.pt", facts["serializer"])["w"].sum() == np.arange(1000.0).sum()
+    assert (
+        serialize.load_file(written.path / "state.pt", facts["serializer"])["w"].sum()
+        == np.arange(1000.0).sum()
+    )
     assert store.leftovers(tmp_path) == []
     assert store.next_seq(tmp_path) == 3
 
@@ -40,7 +45,10 @@ def test_write_names_lists_and_verifies(tmp_path):
     [
         (lambda p: (p / "manifest.json").unlink(), "no manifest.json"),
         (lambda p: (p / "manifest.json").write_text("{not json"), "cannot be read"),
-        (lambda p: (p / "manifest.json").write_text(json.dumps({"format": "other"})), "not a trainmedic.checkpoint/1"),
+        (
+            lambda p: (p / "manifest.json").write_text(json.dumps({"format": "other"})),
+            "not a trainmedic.checkpoint/1",
+        ),
         (lambda p: (p / "state.pt").unlink(), "state.pt is missing"),
         (lambda p: os.truncate(p / "state.pt", 10), "truncated"),
         (lambda p: _flip_byte(p / "state.pt"), "SHA-256"),
@@ -61,8 +69,19 @@ def _flip_byte(path: Path) -> None:
 
 
 def test_keeps_the_newest_and_each_phase_s_last_checkpoint():
-    entries = [store.Entry(Path(f"/c/{seq}"), seq, seq * 10, phase) for seq, phase in
-               [(1, None), (2, "pool"), (3, None), (4, "pool"), (5, None), (6, "train"), (7, None), (8, None)]]
+    entries = [
+        store.Entry(Path(f"/c/{seq}"), seq, seq * 10, phase)
+        for seq, phase in [
+            (1, None),
+            (2, "pool"),
+            (3, None),
+            (4, "pool"),
+            (5, None),
+            (6, "train"),
+            (7, None),
+            (8, None),
+        ]
+    ]
     kept = {int(p.name) for p in store.to_keep(entries, keep_last=2)}
     assert kept == {8, 7, 6, 4}
 
@@ -126,7 +145,11 @@ def test_room_is_checked_against_the_free_space(tmp_path):
 def test_each_file_gets_the_serializer_that_writes_its_arrays_without_a_copy(tmp_path):
     torch = pytest.importorskip("torch")
     written = store.write_checkpoint(
-        tmp_path, 1, 5, {"model": {"w": torch.ones(3)}, "pool": [np.ones(3)], "nested": {"a": [{"t": torch.ones(1)}]}}, {"phase": None}
+        tmp_path,
+        1,
+        5,
+        {"model": {"w": torch.ones(3)}, "pool": [np.ones(3)], "nested": {"a": [{"t": torch.ones(1)}]}},
+        {"phase": None},
     )
     kinds = {name: facts["serializer"] for name, facts in written.manifest["files"].items()}
     assert kinds == {"model.pt": "torch", "pool.pt": "pickle", "nested.pt": "torch"}

@@ -25,7 +25,11 @@ class Trainmedic:
         env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
         return subprocess.run(
             [sys.executable, "-m", "trainmedic", *args],
-            cwd=self.cwd, env=env, capture_output=True, text=True, timeout=timeout,
+            cwd=self.cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def report(self, name: str = "report.json") -> dict:
@@ -35,4 +39,3 @@ class Trainmedic:
 @pytest.fixture
 def tm(tmp_path: Path) -> Trainmedic:
     return Trainmedic(tmp_path)
-

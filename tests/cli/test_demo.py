@@ -58,5 +58,8 @@ def test_without_sqlalchemy_the_demo_runs_the_fix_by_hand(monkeypatch, tmp_path)
 def test_demo_refuses_an_unwritable_report_path_before_it_starts(tm):
     result = tm("demo", "--html", ".")
     assert result.returncode == 2
-    assert result.stderr == "trainmedic: error: --html .: is a folder; give a file name, e.g. --html report.html\n"
+    assert (
+        result.stderr
+        == "trainmedic: error: --html .: is a folder; give a file name, e.g. --html report.html\n"
+    )
     assert "writing a 20,000-row SQLite dataset" not in result.stdout + result.stderr

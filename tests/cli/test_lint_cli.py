@@ -118,6 +118,9 @@ def test_the_pre_commit_hook_manifest_is_valid_and_its_entry_runs(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(PRINTS_EVERY_STEP, encoding="utf-8")
     # pre-commit runs `entry args... filenames...` inside the hook's environment.
-    entry = [str(Path(sys.executable).parent / shlex.split(hook["entry"])[0]), *shlex.split(hook["entry"])[1:]]
+    entry = [
+        str(Path(sys.executable).parent / shlex.split(hook["entry"])[0]),
+        *shlex.split(hook["entry"])[1:],
+    ]
     result = subprocess.run([*entry, *hook["args"], str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "TM111" in result.stdout

@@ -32,8 +32,29 @@ def build(batch_size):
     raise ValueError("no data folder configured")
 """
 
-CONTRACT = ["schema", "device", "capacity_bytes", "batch_size", "precision", "peak_bytes", "breakdown", "fits", "max_batch", "hotspots"]
-EXTRAS = {"reserved_bytes", "needed_bytes", "headroom", "exact", "notes", "warnings", "confidence", "margin", "required_bytes"}
+CONTRACT = [
+    "schema",
+    "device",
+    "capacity_bytes",
+    "batch_size",
+    "precision",
+    "peak_bytes",
+    "breakdown",
+    "fits",
+    "max_batch",
+    "hotspots",
+]
+EXTRAS = {
+    "reserved_bytes",
+    "needed_bytes",
+    "headroom",
+    "exact",
+    "notes",
+    "warnings",
+    "confidence",
+    "margin",
+    "required_bytes",
+}
 
 
 def test_the_early_precision_check_matches_the_planner():
@@ -57,7 +78,15 @@ def test_a_plan_that_fits_prints_and_exits_0(mlp):
     out = result.stdout
     assert out.startswith("Plan for the host CPU (")
     assert "batch 8, fp32\n" in out.splitlines()[0] + "\n"
-    for row in ("parameters", "gradients", "optimizer state", "activations", "temporaries", "= peak allocated", "usable after headroom"):
+    for row in (
+        "parameters",
+        "gradients",
+        "optimizer state",
+        "activations",
+        "temporaries",
+        "= peak allocated",
+        "usable after headroom",
+    ):
         assert row in out
     assert "fits with " in out and "does NOT fit" not in out
     assert result.stderr == ""
@@ -103,7 +132,10 @@ def test_max_batch_finds_a_batch_that_fits(mlp):
     assert type(data["max_batch"]) is int and data["max_batch"] > 8
     assert data["batch_size"] == data["max_batch"] and data["fits"] is True
     assert data["needed_bytes"] <= 2 * GiB
-    assert f"largest batch that fits: {data['max_batch']} (with 10% headroom and a 16% margin, about " in result.stdout
+    assert (
+        f"largest batch that fits: {data['max_batch']} (with 10% headroom and a 16% margin, about "
+        in result.stdout
+    )
     assert "how sure: estimated" in result.stdout  # a card of its own capacity: no step recorded there
 
 
@@ -131,21 +163,29 @@ def test_no_target_names_a_few_devices(mlp):
 def test_a_missing_file_is_a_usage_error(tm):
     result = tm("plan", "nope.py:build", "--device", "t4", "--batch", "8")
     assert result.returncode == 2
-    assert result.stderr.strip() == "trainmedic plan: error: nope.py does not exist; expected a Python file that defines build(batch_size)."
+    assert (
+        result.stderr.strip()
+        == "trainmedic plan: error: nope.py does not exist; expected a Python file that defines build(batch_size)."
+    )
 
 
 def test_a_build_that_raises_names_the_users_line(tm):
     path = tm.script("broken.py", RAISES)
     result = tm("plan", "broken.py", "--device", "t4", "--batch", "8")
     assert result.returncode == 2
-    assert result.stderr.startswith("trainmedic plan: error: build(8) raised ValueError: no data folder configured")
+    assert result.stderr.startswith(
+        "trainmedic plan: error: build(8) raised ValueError: no data folder configured"
+    )
     assert f"{os.path.realpath(path)}:5" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_bad_precision_and_no_spec_are_usage_errors(mlp):
     bad = mlp("plan", "model.py", "--device", "t4", "--batch", "8", "--precision", "fp8")
-    assert (bad.returncode, bad.stderr.startswith("trainmedic plan: error: --precision fp8 is not one of fp32")) == (2, True)
+    assert (
+        bad.returncode,
+        bad.stderr.startswith("trainmedic plan: error: --precision fp8 is not one of fp32"),
+    ) == (2, True)
     none = mlp("plan", "--device", "t4")
     assert none.returncode == 2 and "give the build function to plan" in none.stderr
 
@@ -157,7 +197,7 @@ def test_list_devices(tm):
     assert lines[0].split() == ["key", "name", "memory", "bandwidth", "family"]
     t4 = next(line for line in lines if line.startswith("t4 "))
     assert t4.split() == ["t4", "NVIDIA", "T4", "14.8", "GiB", "320", "GB/s", "turing"]
-    assert {line.split()[0] for line in lines[1:len(known_devices()) + 1]} == set(known_devices())
+    assert {line.split()[0] for line in lines[1 : len(known_devices()) + 1]} == set(known_devices())
 
 
 def test_the_help_names_the_spec_form(tm):
@@ -191,7 +231,9 @@ def test_verify_without_a_gpu_says_so_in_one_line(mlp):
 def test_a_recorded_trace_verifies_the_plan_of_its_build(tm):
     trace = TRUTH / "traces" / "mlp_adam_b4096.json.gz"
     # Device, batch and precision come from the recording when the command line leaves them out.
-    result = tm("plan", str(TRUTH / "models" / "mlp_adam.py"), "--verify-trace", str(trace), "--json", "plan.json")
+    result = tm(
+        "plan", str(TRUTH / "models" / "mlp_adam.py"), "--verify-trace", str(trace), "--json", "plan.json"
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.startswith("Plan for NVIDIA H200 (SXM, 141 GB) (139.8 GiB), batch 4096, fp32")
@@ -209,7 +251,10 @@ def test_a_trace_of_another_build_is_refused_with_what_it_records(mlp):
     result = mlp("plan", "model.py", "--verify-trace", str(trace))
     assert result.returncode == 2
     assert result.stdout == ""
-    assert "records models/mlp_adam.py:build at batch 4096, fp32, whose parameters and inputs took 96.2 MiB" in result.stderr
+    assert (
+        "records models/mlp_adam.py:build at batch 4096, fp32, whose parameters and inputs took 96.2 MiB"
+        in result.stderr
+    )
     assert "it is a recording of another model" in result.stderr
     assert "--batch 4096 --verify --record TRACE" in result.stderr
 
@@ -217,11 +262,23 @@ def test_a_trace_of_another_build_is_refused_with_what_it_records(mlp):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--batch", "8", "--verify-trace", "missing.json.gz"], "--verify-trace missing.json.gz: no such file"),
-        (["--batch", "8", "--verify", "--verify-trace", "t.json"], "give --verify (run the step on this machine's GPU) or --verify-trace"),
+        (
+            ["--batch", "8", "--verify-trace", "missing.json.gz"],
+            "--verify-trace missing.json.gz: no such file",
+        ),
+        (
+            ["--batch", "8", "--verify", "--verify-trace", "t.json"],
+            "give --verify (run the step on this machine's GPU) or --verify-trace",
+        ),
         (["--batch", "8", "--record", "t.json.gz"], "--record keeps the recording of --verify; add --verify"),
-        (["--verify"], "give the batch to verify with --batch N (or --max-batch: its answer is then run on the card)"),
-        (["--max-batch", "--verify-trace", "t.json"], "--verify-trace checks the batch it recorded; --max-batch's answer is checked"),
+        (
+            ["--verify"],
+            "give the batch to verify with --batch N (or --max-batch: its answer is then run on the card)",
+        ),
+        (
+            ["--max-batch", "--verify-trace", "t.json"],
+            "--verify-trace checks the batch it recorded; --max-batch's answer is checked",
+        ),
     ],
 )
 def test_verify_options_used_wrongly_are_refused_first(mlp, args, message):
@@ -235,13 +292,24 @@ def test_a_trace_of_another_card_is_refused_with_the_card_it_was_recorded_on(tm)
     trace = TRUTH / "traces" / "mlp_adam_b4096.json.gz"
     result = tm("plan", str(TRUTH / "models" / "mlp_adam.py"), "--device", "t4", "--verify-trace", str(trace))
     assert result.returncode == 2
-    assert "was recorded on NVIDIA H200 (h200); the plan is for t4" in result.stderr and "--device h200" in result.stderr
+    assert (
+        "was recorded on NVIDIA H200 (h200); the plan is for t4" in result.stderr
+        and "--device h200" in result.stderr
+    )
 
 
 def test_precision_is_read_in_any_case_when_verifying(tm):
     trace = TRUTH / "traces" / "transformer_sdpa_bf16_b16.json.gz"
     build = Path(__file__).resolve().parents[2] / "benchmarks" / "plan_zoo.py"
-    result = tm("plan", f"{build}:build_transformer_sdpa", "--precision", "BF16", "--verify-trace", str(trace), "--quiet")
+    result = tm(
+        "plan",
+        f"{build}:build_transformer_sdpa",
+        "--precision",
+        "BF16",
+        "--verify-trace",
+        str(trace),
+        "--quiet",
+    )
     assert result.returncode == 0, result.stderr
 
 

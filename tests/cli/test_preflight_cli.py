@@ -84,7 +84,10 @@ def test_the_header_and_json_name_pyproject_only_for_the_declared_experiments_th
     tm.script("pyproject.toml", PYPROJECT)
     result = tm("preflight", "-c", "python train.py --dataset 2d", "--json", "r.json")
     assert result.returncode == 0, result.stderr
-    assert text(result.stdout).splitlines()[0] == "Preflight: 1 experiment from the command line, run tiny on the CPU"
+    assert (
+        text(result.stdout).splitlines()[0]
+        == "Preflight: 1 experiment from the command line, run tiny on the CPU"
+    )
     report = tm.report("r.json")
     assert report["pyproject"] is None
     assert [e["from_command_line"] for e in report["experiments"]] == [True]
@@ -121,17 +124,35 @@ def test_a_failure_exits_1_with_the_users_line_and_the_json_report(tm):
 
     report = tm.report()
     assert report["schema"] == "trainmedic.preflight/1"
-    assert (report["passed"], report["project"], report["resume_check"]) == (False, str(tm.cwd.resolve()), True)
+    assert (report["passed"], report["project"], report["resume_check"]) == (
+        False,
+        str(tm.cwd.resolve()),
+        True,
+    )
     toy, mnist = report["experiments"]
     assert (toy["name"], toy["verdict"], toy["exit_code"], toy["where"]) == ("toy2d", "passed", 0, None)
     assert "trained 2d" in toy["stdout_tail"]
     assert (mnist["verdict"], mnist["status"], mnist["exit_code"]) == ("failed", "failed", 1)
     assert mnist["error"].startswith("ValueError: operand has more dimensions")
     assert mnist["where"] == {
-        "path": "train.py", "line": 7, "function": "velocity", "source": 'return np.einsum("nd,md->nm", x, y)',
-        "loop_line": None, "loop_source": "",
+        "path": "train.py",
+        "line": 7,
+        "function": "velocity",
+        "source": 'return np.einsum("nd,md->nm", x, y)',
+        "loop_line": None,
+        "loop_source": "",
     }
-    assert set(mnist) >= {"command", "seconds", "budget_seconds", "configs", "resume", "plan", "session", "notes", "stderr_tail"}
+    assert set(mnist) >= {
+        "command",
+        "seconds",
+        "budget_seconds",
+        "configs",
+        "resume",
+        "plan",
+        "session",
+        "notes",
+        "stderr_tail",
+    }
 
 
 def test_a_resume_that_diverges_exits_1_and_can_be_switched_off(tm):
@@ -153,12 +174,26 @@ def test_project_folder_session_limit_and_device_from_the_command_line(tm, tmp_p
     tm.script("train.py", TRAIN)
     tm.script(
         "pyproject.toml",
-        PYPROJECT + 'fast = { command = "python train.py --dataset 2d", steps = 40000, step_time = "0.9s" }\n',
+        PYPROJECT
+        + 'fast = { command = "python train.py --dataset 2d", steps = 40000, step_time = "0.9s" }\n',
     )
     tm.cwd, project = elsewhere, tm.cwd
-    result = tm("preflight", "fast", "--project", str(project), "--session-limit", "9h", "--device", "t4", "--json", "s.json")
+    result = tm(
+        "preflight",
+        "fast",
+        "--project",
+        str(project),
+        "--session-limit",
+        "9h",
+        "--device",
+        "t4",
+        "--json",
+        "s.json",
+    )
     assert result.returncode == 0, result.stderr
-    assert "needs 2 sessions of 9h: pass deadline='8h45m' to checkpoint.Checkpointer" in " ".join(text(result.stdout).split())
+    assert "needs 2 sessions of 9h: pass deadline='8h45m' to checkpoint.Checkpointer" in " ".join(
+        text(result.stdout).split()
+    )
     report = json.loads((elsewhere / "s.json").read_text())
     assert (report["device"], report["session_limit_seconds"]) == ("t4", 32400.0)
     assert report["experiments"][0]["session"]["sessions"] == 2
@@ -169,9 +204,17 @@ def test_project_folder_session_limit_and_device_from_the_command_line(tm, tmp_p
     [
         ((), {}, "no experiments to run: no pyproject.toml in"),
         (("nope",), {"pyproject.toml": PYPROJECT}, "no experiment named 'nope' in"),
-        (("--budget", "soon"), {"pyproject.toml": PYPROJECT}, "--budget = 'soon': cannot read 'soon' as a duration"),
+        (
+            ("--budget", "soon"),
+            {"pyproject.toml": PYPROJECT},
+            "--budget = 'soon': cannot read 'soon' as a duration",
+        ),
         (("--device", "t5", "-c", "python x.py"), {}, "--device = 't5': unknown GPU 't5'"),
-        ((), {"pyproject.toml": PYPROJECT.replace('"30s"', '"30 parsecs"')}, "[tool.trainmedic.preflight] budget = '30 parsecs'"),
+        (
+            (),
+            {"pyproject.toml": PYPROJECT.replace('"30s"', '"30 parsecs"')},
+            "[tool.trainmedic.preflight] budget = '30 parsecs'",
+        ),
         (("-c", "python 'x.py"), {}, "cannot be split into arguments"),
     ],
 )
@@ -268,7 +311,11 @@ def test_sigterm_or_sighup_kills_the_running_child_and_removes_the_temporary_fol
     env = {**os.environ, "TMPDIR": str(tmp)}
     preflight = subprocess.Popen(
         [sys.executable, "-m", "trainmedic", "preflight", "-c", "python stuck.py", "--budget", "2m"],
-        cwd=tm.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tm.cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         pid_file = tm.cwd / "stuck.pid"

@@ -28,10 +28,14 @@ for step in range(steps):
 
 
 def test_runs_the_script_with_its_own_argv_name_and_exit_code(tm):
-    tm.script("train.py", LOOP + """
+    tm.script(
+        "train.py",
+        LOOP
+        + """
 print("argv", sys.argv[1:], __name__)
 sys.exit(3)
-""")
+""",
+    )
     # 120 steps of ~0.5 ms: long enough for the 10 ms sampler to see inside steady steps, which
     # a verdict needs (a handful of sub-millisecond steps gives none: tests/run/diagnose/test_evidence.py).
     result = tm("run", "--json", "report.json", "train.py", "--iters", "120", "--flag")
@@ -117,10 +121,13 @@ def test_a_binary_file_is_refused(tm):
 
 
 def test_no_detectable_steps_says_how_to_mark_them(tm):
-    tm.script("busy.py", """
+    tm.script(
+        "busy.py",
+        """
         total = sum(map(abs, range(-3_000_000, 3_000_000)))  # busy, but in no loop of Python's
         print(total > 0)
-    """)
+    """,
+    )
     result = tm("run", "--json", "report.json", "busy.py")
     assert result.returncode == 0
     assert "No steps were detected" in result.stderr
@@ -130,12 +137,15 @@ def test_no_detectable_steps_says_how_to_mark_them(tm):
 
 
 def test_explicit_markers_define_steps_without_torch(tm):
-    tm.script("loop.py", """
+    tm.script(
+        "loop.py",
+        """
         import trainmedic
         for step in range(12):
             sum(i * i for i in range(20_000))
             trainmedic.step()
-    """)
+    """,
+    )
     result = tm("run", "--json", "report.json", "--warmup", "2", "loop.py")
     assert result.returncode == 0, result.stderr
     report = tm.report()
@@ -144,12 +154,30 @@ def test_explicit_markers_define_steps_without_torch(tm):
 
 
 def test_ctrl_c_reports_what_was_measured_and_exits_130(tm):
-    tm.script("train.py", LOOP.replace(
-        "    opt.step()", "    opt.step()\n    if step == 30:\n        print('ready', flush=True)"))
+    tm.script(
+        "train.py",
+        LOOP.replace(
+            "    opt.step()", "    opt.step()\n    if step == 30:\n        print('ready', flush=True)"
+        ),
+    )
     env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainmedic", "run", "--json", "report.json", "train.py", "--iters", "10000000"],
-        cwd=tm.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "trainmedic",
+            "run",
+            "--json",
+            "report.json",
+            "train.py",
+            "--iters",
+            "10000000",
+        ],
+        cwd=tm.cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout.readline().strip() == "ready"  # wait for real steps, no sleeping
     proc.send_signal(signal.SIGINT)
@@ -181,7 +209,11 @@ def test_an_unwritable_report_path_exits_2_before_the_script_runs(tm):
     tm.script("train.py", "open('ran.txt', 'w').close()\n")
     tm.script("afile", "")
     for flag, path, problem in [
-        ("--json", "no/such/dir/r.json", "the folder no/such/dir does not exist; create it or give another path"),
+        (
+            "--json",
+            "no/such/dir/r.json",
+            "the folder no/such/dir does not exist; create it or give another path",
+        ),
         ("--json", "afile/r.json", "afile is a file, not a folder; give a path in a folder"),
         ("--html", ".", "is a folder; give a file name, e.g. --html report.html"),
     ]:
@@ -193,9 +225,13 @@ def test_an_unwritable_report_path_exits_2_before_the_script_runs(tm):
 
 def test_a_report_path_lost_during_the_run_is_an_error_not_a_traceback(tm):
     # The folder is replaced by a file while the script runs: the report cannot be written.
-    tm.script("train.py", LOOP + "\nimport shutil\nshutil.rmtree('out')\nopen('out', 'w').close()\nsys.exit(3)\n")
+    tm.script(
+        "train.py", LOOP + "\nimport shutil\nshutil.rmtree('out')\nopen('out', 'w').close()\nsys.exit(3)\n"
+    )
     (tm.cwd / "out").mkdir()
-    result = tm("run", "--json", "out/report.json", "train.py", "--iters", "120")  # steps long enough for findings
+    result = tm(
+        "run", "--json", "out/report.json", "train.py", "--iters", "120"
+    )  # steps long enough for findings
     assert result.returncode == 3  # still the script's own exit code
     assert "trainmedic: error: cannot write the JSON report to out/report.json: " in result.stderr
     assert "Traceback" not in result.stderr

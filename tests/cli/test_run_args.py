@@ -37,8 +37,15 @@ def test_a_module_is_found_in_the_current_folder_as_python_m_finds_it(tm):
     # current folder; PYTHONSAFEPATH gives `python -m trainmedic` the same start.
     _package(tm)
     env = {**os.environ, "PYTHONSAFEPATH": "1", "COLUMNS": "120"}
-    result = subprocess.run([sys.executable, "-m", "trainmedic", "run", "--quiet", "-m", "pkg.train", "--lr", "1"],
-                            cwd=tm.cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainmedic", "run", "--quiet", "-m", "pkg.train", "--lr", "1"],
+        cwd=tm.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "script argv ['--lr', '1']" in result.stdout
 
@@ -109,4 +116,10 @@ def test_which_options_take_a_value_comes_from_the_command_itself():
     argv = ["run", *before, "-m", "pkg.train", "--flag", "x"]
     assert main._mark_script_args(argv, group) == [*argv[:-2], "--", "--flag", "x"]
     # Short options bundled as click reads them: -q then -m with its value.
-    assert main._mark_script_args(["run", "-qm", "pkg.train", "-h"], group) == ["run", "-qm", "pkg.train", "--", "-h"]
+    assert main._mark_script_args(["run", "-qm", "pkg.train", "-h"], group) == [
+        "run",
+        "-qm",
+        "pkg.train",
+        "--",
+        "-h",
+    ]

@@ -53,7 +53,12 @@ def run(tmp_path, source, *options, exit_code=0):
     out = tmp_path / "report.json"
     result = subprocess.run(
         [sys.executable, "-m", "trainmedic", "run", "--quiet", "--json", str(out), *options, script.name],
-        cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert result.returncode == exit_code, result.stderr[-3000:]
     return json.loads(out.read_text(encoding="utf-8"))
@@ -79,7 +84,14 @@ def test_a_run_with_no_step_and_no_loop_names_no_bottleneck_and_shows_whole_run_
 
 def test_a_script_whose_own_argument_parsing_fails_gets_its_line_and_no_verdict(tmp_path):
     report = run(tmp_path, BAD_ARGUMENTS, exit_code=2)
-    assert (report["outcome"], report["evidence"], report["bottleneck"], report["findings"]) == ("exit", "none", None, [])
+    assert (report["outcome"], report["evidence"], report["bottleneck"], report["findings"]) == (
+        "exit",
+        "none",
+        None,
+        [],
+    )
     assert report["message"] == "the script called sys.exit(2) (at job.py:6)"
     at_import = [line for line in report["lines"] if line["where"] == "job.py:3"]  # import torch
-    assert at_import and all((line["category"], line["kind"]) == ("host_other", "import") for line in at_import)
+    assert at_import and all(
+        (line["category"], line["kind"]) == ("host_other", "import") for line in at_import
+    )

@@ -99,7 +99,9 @@ def keras_tm(tm, monkeypatch):
 def _diagnose(tm, name: str, body: str) -> tuple[dict, str, str]:
     """Run the script under `trainmedic run`; (report, the marked `file:line`, stderr)."""
     tm.script(name, body)
-    marked = [i for i, line in enumerate(body.lstrip().splitlines(), 1) if line.rstrip().endswith("# expect-where")]
+    marked = [
+        i for i, line in enumerate(body.lstrip().splitlines(), 1) if line.rstrip().endswith("# expect-where")
+    ]
     result = tm("run", "--steps", "40", "--json", "report.json", name)
     assert result.returncode == 0, result.stderr[-3000:]
     report = tm.report()

@@ -64,8 +64,15 @@ def _job(tm, slow: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
 
 def _with_env(tm, extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1", **extra}
-    return subprocess.run([sys.executable, "-m", "trainmedic", *args], cwd=tm.cwd, env=env,
-                          capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "trainmedic", *args],
+        cwd=tm.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize(("slow", "where"), [("data", "job.py:12"), ("compute", "job.py:23")])
@@ -91,7 +98,9 @@ def test_a_rank_that_raises_is_named_and_the_report_still_written(tm):
     assert result.returncode == 1
     assert report["outcome"] == "exception"
     # Rank 0 then fails on the closed connection; the cause named is rank 1's own error.
-    assert report["message"].startswith("rank 1 failed: RuntimeError: planted failure on rank 1 (at job.py:34)")
+    assert report["message"].startswith(
+        "rank 1 failed: RuntimeError: planted failure on rank 1 (at job.py:34)"
+    )
     assert {r["rank"]: r["outcome"] for r in report["ranks"]}[1] == "exception"
 
 
@@ -121,9 +130,26 @@ def test_under_plain_torchrun_rank_0_writes_the_one_merged_report(tm, shared_fol
     if shared_folder:  # what a job on several nodes sets: rank 0 still merges
         env["TRAINMEDIC_RANKS_DIR"] = str(tm.cwd / "parts")
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "trainmedic", "run", "--json", "report.json", "job.py"],
-        cwd=tm.cwd, env=env, capture_output=True, text=True, timeout=180, check=False,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "trainmedic",
+            "run",
+            "--json",
+            "report.json",
+            "job.py",
+        ],
+        cwd=tm.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = tm.report()

@@ -42,8 +42,23 @@ def _start(tm, setup: str = "", in_step: str = "", filler: int = 0) -> subproces
     tm.script("train.py", TRAIN.format(setup=setup, in_step=in_step, filler="." * filler))
     env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "trainmedic", "run", "--json", "report.json", "--html", "report.html", "train.py"],
-        cwd=tm.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "trainmedic",
+            "run",
+            "--json",
+            "report.json",
+            "--html",
+            "report.html",
+            "train.py",
+        ],
+        cwd=tm.cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

@@ -16,7 +16,7 @@ BUILDS = Path(__file__).resolve().parents[1] / "tune" / "tune_builds.py"
 
 #: Batches 1 and 2 are measured; a real step at batch 4 says so in a file and then waits for the
 #: test's Ctrl+C (no trial count long enough to be still measuring when the signal comes).
-INTERRUPTIBLE = '''
+INTERRUPTIBLE = """
 import pathlib, threading, torch
 from torch._subclasses.fake_tensor import FakeTensor
 
@@ -29,12 +29,19 @@ class Net(torch.nn.Linear):
 
 def build(batch_size):
     return dict(model=Net(16, 16), inputs=torch.randn(batch_size, 16))
-'''
+"""
 
 
 def tune(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainmedic", "tune", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env or _env(cwd), check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "trainmedic", "tune", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env or _env(cwd),
+        check=False,
+    )
 
 
 def _env(folder: Path) -> dict:
@@ -42,8 +49,24 @@ def _env(folder: Path) -> dict:
 
 
 def test_tune_measures_prints_the_table_and_writes_json_and_html(tmp_path):
-    done = tune(f"{BUILDS}:mlp", "--device", "cpu", "--batch", "2,8", "--precision", "fp32", "--compile", "off",
-                "--trials", "3", "--json", "t.json", "--html", "t.html", cwd=tmp_path)
+    done = tune(
+        f"{BUILDS}:mlp",
+        "--device",
+        "cpu",
+        "--batch",
+        "2,8",
+        "--precision",
+        "fp32",
+        "--compile",
+        "off",
+        "--trials",
+        "3",
+        "--json",
+        "t.json",
+        "--html",
+        "t.html",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "samples/s" in done.stdout and "change:" in done.stdout
     assert done.stdout.count("batch 2 · fp32") >= 1 and "batch 8 · fp32" in done.stdout
@@ -64,9 +87,15 @@ def test_tune_measures_prints_the_table_and_writes_json_and_html(tmp_path):
         ([f"{BUILDS}:mlp", "--precision", "fp8"], "precision 'fp8' is not one of fp32, tf32, bf16, fp16"),
         ([f"{BUILDS}:mlp", "--budget", "soon"], "--budget soon: cannot read 'soon' as a duration"),
         ([f"{BUILDS}:mlp", "--set", "lr=1,2"], "--set overrides a script's options; use it with --script"),
-        ([f"{BUILDS}:mlp", "--device", "tpu"], "device 'tpu' is not a device; expected auto, cpu, cuda or cuda:N"),
+        (
+            [f"{BUILDS}:mlp", "--device", "tpu"],
+            "device 'tpu' is not a device; expected auto, cpu, cuda or cuda:N",
+        ),
         ([], "give a build function to tune"),
-        (["--script", "train.py", "--batch", "2,4"], "--batch tune a build function; a script is tuned over its own options"),
+        (
+            ["--script", "train.py", "--batch", "2,4"],
+            "--batch tune a build function; a script is tuned over its own options",
+        ),
         ([f"{BUILDS}:mlp", "--steps", "50"], "--steps sets how many steps each run of a --script measures"),
     ],
 )
@@ -81,7 +110,9 @@ def test_bad_input_is_one_clear_line_and_exit_code_2(tmp_path, args, message):
 
 def test_an_option_the_script_does_not_have_is_named_with_the_close_one(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--batch-size', type=int)\np.parse_args()\n")
+    script.write_text(
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--batch-size', type=int)\np.parse_args()\n"
+    )
     done = tune("--script", "train.py", "--set", "bach_size=2,4", cwd=tmp_path)
     assert done.returncode == 2
     assert "train.py has no option --bach_size" in done.stderr and "did you mean --batch-size?" in done.stderr
@@ -90,9 +121,28 @@ def test_an_option_the_script_does_not_have_is_named_with_the_close_one(tmp_path
 def test_ctrl_c_prints_what_was_measured_and_exits_130(tmp_path):
     (tmp_path / "model.py").write_text(INTERRUPTIBLE)
     child = subprocess.Popen(
-        [sys.executable, "-m", "trainmedic", "tune", "model.py:build", "--device", "cpu", "--batch", "1,2,4,8,16",
-         "--precision", "fp32", "--compile", "off", "--trials", "3"],
-        cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "trainmedic",
+            "tune",
+            "model.py:build",
+            "--device",
+            "cpu",
+            "--batch",
+            "1,2,4,8,16",
+            "--precision",
+            "fp32",
+            "--compile",
+            "off",
+            "--trials",
+            "3",
+        ],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     marker = tmp_path / "measuring"
     deadline = time.monotonic() + 240
@@ -112,8 +162,24 @@ def test_a_budget_holds_for_the_whole_command_even_when_one_configuration_takes_
     # the budget (and the budget's clock started after importing torch and loading the build).
     budget_s = 8.0
     started = time.monotonic()
-    done = tune(f"{BUILDS}:slow_step", "--device", "cpu", "--batch", "512", "--precision", "fp32", "--compile", "off",
-                "--trials", "3", "--budget", f"{budget_s:g}s", "--json", "t.json", cwd=tmp_path)
+    done = tune(
+        f"{BUILDS}:slow_step",
+        "--device",
+        "cpu",
+        "--batch",
+        "512",
+        "--precision",
+        "fp32",
+        "--compile",
+        "off",
+        "--trials",
+        "3",
+        "--budget",
+        f"{budget_s:g}s",
+        "--json",
+        "t.json",
+        cwd=tmp_path,
+    )
     wall = time.monotonic() - started
     assert done.returncode == 1, done.stderr  # nothing measured in time: no answer to read
     assert "no configuration was measured (the budget of 8.00 s ran out" in done.stderr
@@ -124,8 +190,20 @@ def test_a_budget_holds_for_the_whole_command_even_when_one_configuration_takes_
 
 
 def test_when_every_configuration_fails_the_exit_code_is_1_and_the_failures_are_shown(tmp_path):
-    done = tune(f"{BUILDS}:nan_after_first", "--device", "cpu", "--batch", "2,4", "--precision", "fp32", "--compile", "off",
-                "--trials", "3", cwd=tmp_path)
+    done = tune(
+        f"{BUILDS}:nan_after_first",
+        "--device",
+        "cpu",
+        "--batch",
+        "2,4",
+        "--precision",
+        "fp32",
+        "--compile",
+        "off",
+        "--trials",
+        "3",
+        cwd=tmp_path,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "No configuration was measured" in done.stdout
     assert done.stdout.count("batch 2 is not supported by this layer") == 1
@@ -133,8 +211,22 @@ def test_when_every_configuration_fails_the_exit_code_is_1_and_the_failures_are_
 
 
 def test_a_build_written_for_the_gpu_is_tuned_on_the_cpu_as_plan_takes_it(tmp_path):
-    done = tune(f"{BUILDS}:gpu_written", "--device", "cpu", "--batch", "4", "--precision", "fp32", "--compile", "off",
-                "--trials", "3", "--json", "t.json", cwd=tmp_path)
+    done = tune(
+        f"{BUILDS}:gpu_written",
+        "--device",
+        "cpu",
+        "--batch",
+        "4",
+        "--precision",
+        "fp32",
+        "--compile",
+        "off",
+        "--trials",
+        "3",
+        "--json",
+        "t.json",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = json.loads((tmp_path / "t.json").read_text())["rows"]
     assert [r["status"] for r in rows] == ["measured"], rows

@@ -42,8 +42,10 @@ def postgres_url():
             pwd.getpwnam("postgres")
         except KeyError:
             shutil.rmtree(root, ignore_errors=True)
-            _unavailable("PostgreSQL refuses to run as root and there is no 'postgres' user to "
-                         "run it as; create one (useradd postgres) or run the tests as another user.")
+            _unavailable(
+                "PostgreSQL refuses to run as root and there is no 'postgres' user to "
+                "run it as; create one (useradd postgres) or run the tests as another user."
+            )
         shutil.chown(root, "postgres", "postgres")
         prefix = ["runuser", "-u", "postgres", "--"]
     data, log, port = root / "data", root / "log", _free_port()
@@ -51,8 +53,19 @@ def postgres_url():
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([*prefix, *args], capture_output=True, text=True, timeout=120)
 
-    init = run(str(bindir / "initdb"), "-A", "trust", "-U", "postgres", "-N", "-E", "UTF8",
-               "--locale=C", "-D", str(data))
+    init = run(
+        str(bindir / "initdb"),
+        "-A",
+        "trust",
+        "-U",
+        "postgres",
+        "-N",
+        "-E",
+        "UTF8",
+        "--locale=C",
+        "-D",
+        str(data),
+    )
     if init.returncode:
         shutil.rmtree(root, ignore_errors=True)
         _unavailable(f"initdb failed:\n{init.stdout[-2000:]}{init.stderr[-2000:]}")
@@ -89,6 +102,7 @@ def _free_port() -> int:
 
 def _unavailable(reason: str) -> None:
     if os.environ.get("TRAINMEDIC_REQUIRE_POSTGRES") == "1":
-        pytest.fail(f"{reason}\n(TRAINMEDIC_REQUIRE_POSTGRES=1 makes this an error, not a skip.)",
-                    pytrace=False)
+        pytest.fail(
+            f"{reason}\n(TRAINMEDIC_REQUIRE_POSTGRES=1 makes this an error, not a skip.)", pytrace=False
+        )
     pytest.skip(reason)

@@ -74,7 +74,9 @@ def start(tmp_path, mode):
     script.write_text(CHILD)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     with open(tmp_path / f"{mode}.stderr", "wb") as err:  # the child keeps its own copy of the handle
-        return subprocess.Popen([sys.executable, str(script), mode, str(tmp_path / "cache"), str(tmp_path)], stderr=err, env=env)
+        return subprocess.Popen(
+            [sys.executable, str(script), mode, str(tmp_path / "cache"), str(tmp_path)], stderr=err, env=env
+        )
 
 
 def finished(tmp_path, proc, mode):
@@ -148,7 +150,9 @@ def lock_of(root):
 
 def plant_lock(path, host="node7", pid=4242, age=0.0):
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"host": host, "pid": pid, "started": "2026-11-20T10:00:00+0000", "token": "feed"}))
+    path.write_text(
+        json.dumps({"host": host, "pid": pid, "started": "2026-11-20T10:00:00+0000", "token": "feed"})
+    )
     if age:
         os.utime(path, (time.time() - age, time.time() - age))
 
@@ -156,7 +160,9 @@ def plant_lock(path, host="node7", pid=4242, age=0.0):
 def test_an_old_heartbeat_from_another_host_is_taken_over(tmp_path):
     folder, lock = lock_of(tmp_path)
     plant_lock(lock, age=bl.STALE_S + 30)
-    half = tmp_path / f".tmp-{folder.name}-4242-abcdef"  # its half build; pid 4242 may live here: another host's
+    half = (
+        tmp_path / f".tmp-{folder.name}-4242-abcdef"
+    )  # its half build; pid 4242 may live here: another host's
     half.mkdir()
     loader = data.load(Rows(), batch_size=64, shuffle=False, tier="disk", cache_dir=tmp_path, progress=False)
     assert np.array_equal(next(iter(loader))[1].numpy(), np.arange(64))

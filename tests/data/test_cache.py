@@ -34,9 +34,13 @@ def served_x(loader):
 
 def test_built_once_then_reused(tmp_path):
     x = write_npy(tmp_path / "src", 0)
-    first = data.load(tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache")
+    first = data.load(
+        tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache"
+    )
     assert "built the cache" in first.explain() and "no cache yet" in first.explain()
-    second = data.load(tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache")
+    second = data.load(
+        tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache"
+    )
     assert "reused the cache" in second.explain()
     assert np.array_equal(served_x(second), x)
     assert len(cache_files(tmp_path / "cache")) == 2
@@ -47,7 +51,9 @@ def test_source_changed_under_its_cache_is_rebuilt(tmp_path):
     data.load(tmp_path / "src", shuffle=False, tier="disk", cache_dir=tmp_path / "cache")
     x = write_npy(tmp_path / "src", 1)
     os.utime(tmp_path / "src" / "x.npy", ns=(1, 10**18))  # a distinct mtime even on coarse clocks
-    loader = data.load(tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache")
+    loader = data.load(
+        tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache"
+    )
     assert np.array_equal(served_x(loader), x)
     assert "built the cache" in loader.explain()
 
@@ -65,7 +71,9 @@ def test_damaged_cache_is_detected_and_rebuilt(tmp_path, damage, reason):
             byte = f.read(1)
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte[0] ^ 0xFF]))
-    loader = data.load(tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache")
+    loader = data.load(
+        tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache"
+    )
     assert reason in loader.explain()
     assert np.array_equal(served_x(loader), x)
 
@@ -168,7 +176,9 @@ def test_a_malformed_manifest_means_a_rebuild(tmp_path):
     content = json.loads(manifest.read_text())
     del content["fields"]
     manifest.write_text(json.dumps(content))
-    loader = data.load(tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache")
+    loader = data.load(
+        tmp_path / "src", batch_size=50, shuffle=False, tier="disk", cache_dir=tmp_path / "cache"
+    )
     assert "malformed" in loader.explain()
     assert np.array_equal(served_x(loader), x)
 

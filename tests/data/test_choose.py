@@ -6,7 +6,9 @@ from trainmedic.data.choose import Resources, choose_tier
 from trainmedic.errors import TierError
 
 GiB = 1024**3
-BOX = Resources(ram_available=64 * GiB, vram_free=78 * GiB, vram_total=80 * GiB, disk_free=500 * GiB, cache_root="/cache")
+BOX = Resources(
+    ram_available=64 * GiB, vram_free=78 * GiB, vram_total=80 * GiB, disk_free=500 * GiB, cache_root="/cache"
+)
 
 
 def pick(nbytes, cuda=True, random_access=True, resources=BOX, **kw):
@@ -29,12 +31,22 @@ def test_a_plan_of_the_training_step_sets_the_vram_headroom():
 
     from trainmedic.plan import plan_memory
 
-    build = lambda b: dict(model=torch.nn.Linear(4096, 4096), inputs=torch.randn(b, 4096), optimizer=torch.optim.Adam)  # noqa: E731
+    def build(b):
+        return dict(
+            model=torch.nn.Linear(4096, 4096), inputs=torch.randn(b, 4096), optimizer=torch.optim.Adam
+        )
+
     plan = plan_memory(build, 64, device="a100-80gb")
     decision = pick(78 * GiB - plan.reserved_bytes - 1, vram_headroom=plan)
     assert decision.tier == "vram"
     assert any("planned training step (trainmedic plan, batch 64)" in line for line in decision.lines)
-    big_ram = Resources(ram_available=400 * GiB, vram_free=78 * GiB, vram_total=80 * GiB, disk_free=500 * GiB, cache_root="/cache")
+    big_ram = Resources(
+        ram_available=400 * GiB,
+        vram_free=78 * GiB,
+        vram_total=80 * GiB,
+        disk_free=500 * GiB,
+        cache_root="/cache",
+    )
     assert pick(78 * GiB - plan.reserved_bytes + 1, vram_headroom=plan, resources=big_ram).tier == "ram"
 
 

@@ -75,7 +75,7 @@ def test_fit_sees_every_sample_once_per_epoch_in_the_loaders_own_order_and_train
     history = model.fit(feed, epochs=3, shuffle=False, verbose=0).history
     # Keras reads batch 0 once to build the model, then 3 epochs of 7 batches in order.
     assert [index for _, index, _ in log[:1]] == [0]
-    epochs = [log[1 + 7 * e: 1 + 7 * (e + 1)] for e in range(3)]
+    epochs = [log[1 + 7 * e : 1 + 7 * (e + 1)] for e in range(3)]
     assert [[index for _, index, _ in epoch] for epoch in epochs] == [list(range(7))] * 3
     assert [{e for e, _, _ in epoch} for epoch in epochs] == [{0}, {1}, {2}]
     served = [[i for _, _, ids in epoch for i in ids] for epoch in epochs]
@@ -92,7 +92,7 @@ def test_fits_default_batch_shuffle_still_serves_every_sample_once_per_epoch():
     log = _spied(feed)
     keras.utils.set_random_seed(1)
     _model().fit(feed, epochs=2, verbose=0)  # shuffle=True: Keras permutes whole batches
-    epochs = [log[1 + 7 * e: 1 + 7 * (e + 1)] for e in range(2)]
+    epochs = [log[1 + 7 * e : 1 + 7 * (e + 1)] for e in range(2)]
     assert [sorted(index for _, index, _ in epoch) for epoch in epochs] == [list(range(7))] * 2
     assert [index for _, index, _ in epochs[0]] != list(range(7))
     for epoch, own in zip(epochs, _own_epochs(2)):
@@ -109,7 +109,7 @@ def test_steps_per_epoch_shorter_than_a_pass_moves_the_loader_per_full_pass():
     with pytest.warns(UserWarning, match="ran out of data"):
         _model().fit(feed, epochs=6, steps_per_epoch=3, shuffle=False, verbose=0)
     assert len(log) == 1 + 2 * 7
-    passes = [log[1 + 7 * p: 1 + 7 * (p + 1)] for p in range(2)]
+    passes = [log[1 + 7 * p : 1 + 7 * (p + 1)] for p in range(2)]
     assert [[i for _, _, ids in p for i in ids] for p in passes] == _own_epochs(2)
     assert loader.epoch == 2
 
@@ -135,7 +135,9 @@ def test_bad_field_choices_name_the_fields_and_the_fix():
     loader = _loader()
     with pytest.raises(FieldError, match=r"3 fields \['x', 'y', 'id'\].*inputs=\.\.\., targets=\.\.\."):
         loader.keras()
-    with pytest.raises(FieldError, match=r"'label', which this loader does not serve; its fields are \['x', 'y', 'id'\]"):
+    with pytest.raises(
+        FieldError, match=r"'label', which this loader does not serve; its fields are \['x', 'y', 'id'\]"
+    ):
         loader.keras(inputs="x", targets="label")
     with pytest.raises(FieldError, match=r"targets=3 is a int; expected a field name"):
         loader.keras(inputs="x", targets=3)
@@ -168,7 +170,9 @@ def test_a_backend_that_cannot_be_imported_names_keras_backend_torch(tmp_path):
             print("ERROR", exc)
     """)
     env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
-    done = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ERROR loader.keras() needs Keras, which is installed, but `import keras` failed" in done.stdout
     assert "No module named 'tensorflow'" in done.stdout

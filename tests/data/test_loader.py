@@ -72,7 +72,9 @@ def test_drop_last_and_no_shuffle(arrays):
 
 @pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("stop_after", [0, 7, 16])  # start, middle and end of an epoch
-def test_resume_continues_with_exactly_the_batches_of_an_uninterrupted_run(tier, stop_after, h5_path, tmp_path):
+def test_resume_continues_with_exactly_the_batches_of_an_uninterrupted_run(
+    tier, stop_after, h5_path, tmp_path
+):
     def make():
         return data.load(h5_path, fields=["x", "y"], batch_size=64, seed=9, tier=tier, cache_dir=tmp_path)
 

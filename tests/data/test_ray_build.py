@@ -53,8 +53,14 @@ def assert_reused(source, root, **kwargs):
 
 
 def compare(tmp_path, source, partitions, partition_by=None, **kwargs):
-    built = data.build_cache(source, cache_dir=tmp_path / "ray", partitions=partitions, partition_by=partition_by,
-                             progress=False, **kwargs)
+    built = data.build_cache(
+        source,
+        cache_dir=tmp_path / "ray",
+        partitions=partitions,
+        partition_by=partition_by,
+        progress=False,
+        **kwargs,
+    )
     data.load(source, tier="disk", cache_dir=tmp_path / "serial", progress=False, **kwargs)
     assert_same_cache(built, tmp_path / "ray", tmp_path / "serial")
     assert_reused(source, tmp_path / "ray", **kwargs)
@@ -132,11 +138,19 @@ def test_postgres_key_ranges_match_the_serial_cache(tmp_path, local_ray, postgre
         try:
             conn.execute(f"CREATE TABLE {schema}.t (id int8 PRIMARY KEY, w float8, x bytea)")
             with conn.cursor() as cursor:
-                cursor.executemany(f"INSERT INTO {schema}.t VALUES (%s, %s, %s)",
-                                   [(3 * i, i / 4, x[i].tobytes()) for i in range(3000)])
+                cursor.executemany(
+                    f"INSERT INTO {schema}.t VALUES (%s, %s, %s)",
+                    [(3 * i, i / 4, x[i].tobytes()) for i in range(3000)],
+                )
             query = f"SELECT id, w, x FROM {schema}.t ORDER BY id"
-            built = compare(tmp_path, postgres_url, partitions=3, partition_by="id", query=query,
-                            schema={"x": ("float32", (400,))})
+            built = compare(
+                tmp_path,
+                postgres_url,
+                partitions=3,
+                partition_by="id",
+                query=query,
+                schema={"x": ("float32", (400,))},
+            )
             assert built.partitions == 3
         finally:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
@@ -156,7 +170,9 @@ def test_postgres_key_ranges_match_the_serial_cache(tmp_path, local_ray, postgre
 def test_a_bad_partition_key_is_named_with_the_fix(tmp_path, local_ray, query, key, message):
     sqlite_table(tmp_path / "s.db", n=300)
     with pytest.raises(SourceError, match=message):
-        data.build_cache(f"sqlite:///{tmp_path / 's.db'}", query=query, partition_by=key, cache_dir=tmp_path / "c")
+        data.build_cache(
+            f"sqlite:///{tmp_path / 's.db'}", query=query, partition_by=key, cache_dir=tmp_path / "c"
+        )
     assert not (tmp_path / "c").exists() or not list((tmp_path / "c").iterdir())
 
 
@@ -176,8 +192,9 @@ def test_a_failing_partition_is_named_and_nothing_is_published(tmp_path, local_r
     with sqlite3.connect(tmp_path / "s.db") as conn:
         conn.execute("UPDATE t SET w = NULL WHERE id = ?", (bad,))
     with pytest.raises(FieldError) as caught:
-        data.build_cache(f"sqlite:///{tmp_path / 's.db'}", partition_by="id", partitions=5,
-                         cache_dir=tmp_path / "c", **SQL)
+        data.build_cache(
+            f"sqlite:///{tmp_path / 's.db'}", partition_by="id", partitions=5, cache_dir=tmp_path / "c", **SQL
+        )
     text = str(caught.value)
     assert "partition 2 of 3 (rows 4000-5999, id 1008000..1009999)" in text and "field 'w' is NULL" in text
     assert "Nothing was published" in text
@@ -188,14 +205,14 @@ def test_owned_blocks_and_read_back_ones_give_the_serial_crcs(tmp_path):
     rng = np.random.default_rng(5)
     payload = rng.integers(0, 256, 1000, dtype=np.uint8).tobytes()
     (tmp_path / "f").write_bytes(payload)
-    expected = [zlib.crc32(payload[i:i + 64]) for i in range(0, 1000, 64)]
+    expected = [zlib.crc32(payload[i : i + 64]) for i in range(0, 1000, 64)]
     for _ in range(50):
         cuts = [0, *sorted(rng.choice(np.arange(1, 1000), rng.integers(1, 12), replace=False)), 1000]
         owned = {}
         for a, b in itertools.pairwise(cuts):
             blocks = OwnedBlocks(a, b, 1000, block=64)
             for piece in np.array_split(np.arange(a, b), 3):  # fed in uneven pieces
-                blocks.update(memoryview(payload[piece[0]:piece[-1] + 1] if piece.size else b""))
+                blocks.update(memoryview(payload[piece[0] : piece[-1] + 1] if piece.size else b""))
             found = blocks.finish()
             assert all(a <= k * 64 and min(k * 64 + 64, 1000) <= b for k in found)  # only whole blocks
             assert not owned.keys() & found.keys()

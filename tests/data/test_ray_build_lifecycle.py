@@ -19,8 +19,10 @@ def test_a_ray_it_started_itself_is_shut_down(tmp_path):
     code = textwrap.dedent(f"""
         import ray
         from trainmedic import data
-        built = data.build_cache({str(tmp_path / 'x.npy')!r}, cache_dir={str(tmp_path / 'c')!r}, workers=1)
+        built = data.build_cache({str(tmp_path / "x.npy")!r}, cache_dir={str(tmp_path / "c")!r}, workers=1)
         assert built.workers == 1 and built.partitions == 4 and not ray.is_initialized()
     """)
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]

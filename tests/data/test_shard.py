@@ -22,12 +22,18 @@ def epoch(loader, e):
 
 @pytest.mark.parametrize("order", [{}, {"shuffle_block": 10}, {"shuffle": False}])
 @pytest.mark.parametrize(
-    "n, world, drop_last", [(103, 2, False), (103, 3, False), (103, 3, True), (96, 4, False), (2, 3, False), (100, 7, True)]
+    "n, world, drop_last",
+    [(103, 2, False), (103, 3, False), (103, 3, True), (96, 4, False), (2, 3, False), (100, 7, True)],
 )
 def test_ranks_are_disjoint_complete_and_equally_long(n, world, drop_last, order):
     for e in range(2):
-        per_rank = [np.concatenate(epoch(load(n, (r, world), drop_last=drop_last, batch_size=5, **order), e)
-                                   or [np.array([], int)]) for r in range(world)]
+        per_rank = [
+            np.concatenate(
+                epoch(load(n, (r, world), drop_last=drop_last, batch_size=5, **order), e)
+                or [np.array([], int)]
+            )
+            for r in range(world)
+        ]
         lengths = {len(load(n, (r, world), drop_last=drop_last, batch_size=5, **order)) for r in range(world)}
         assert len(lengths) == 1  # a DDP loop needs as many batches on every rank
         served = np.concatenate(per_rank)
@@ -73,7 +79,10 @@ def test_len_and_explain_are_per_rank():
     assert "padded with its first 1" in load(999, (0, 2)).explain()
     assert "last 1 of each epoch's order are dropped" in load(999, (0, 2), drop_last=True).explain()
     assert "shard: none" in load(10).explain()
-    assert "positions 500 to 999 of the epoch order, one stretch" in load(1000, (1, 2), shuffle_block=10).explain()
+    assert (
+        "positions 500 to 999 of the epoch order, one stretch"
+        in load(1000, (1, 2), shuffle_block=10).explain()
+    )
     assert "rank=1/2" in repr(loader)
 
 
@@ -96,15 +105,18 @@ def test_auto_reads_torchrun_environment(monkeypatch):
         load(10, "auto")
 
 
-@pytest.mark.parametrize("bad, message", [
-    ((2, 2), r"rank=2 is outside \[0, 2\); expected a rank from 0 to 1"),
-    ((-1, 2), r"rank=-1 is outside"),
-    ((0, 0), r"world_size=0 is not allowed"),
-    ((0.0, 2), r"rank=0.0 is a float; expected a whole number"),
-    ((True, 2), r"rank=True is a bool"),
-    ("yes", r"shard='yes' is not understood; expected 'auto'"),
-    ((1, 2, 3), r"is not understood"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ((2, 2), r"rank=2 is outside \[0, 2\); expected a rank from 0 to 1"),
+        ((-1, 2), r"rank=-1 is outside"),
+        ((0, 0), r"world_size=0 is not allowed"),
+        ((0.0, 2), r"rank=0.0 is a float; expected a whole number"),
+        ((True, 2), r"rank=True is a bool"),
+        ("yes", r"shard='yes' is not understood; expected 'auto'"),
+        ((1, 2, 3), r"is not understood"),
+    ],
+)
 def test_bad_shard_values_are_named(bad, message):
     with pytest.raises(DataError, match=message):
         load(10, bad)
@@ -142,8 +154,11 @@ def test_another_ranks_state_resumes_this_rank_at_the_same_position():
 def test_a_state_from_another_world_size_is_refused_with_both_sizes_and_the_fix(world):
     state = load(103, (0, 2)).state_dict()
     other = load(103, (0, world) if world > 1 else False)
-    with pytest.raises(ResumeError, match=rf"world_size=2 processes and this one is rank 0 of world_size={world}.*"
-                                          r"Resume with 2 process\(es\).*set_epoch\(1\)"):
+    with pytest.raises(
+        ResumeError,
+        match=rf"world_size=2 processes and this one is rank 0 of world_size={world}.*"
+        r"Resume with 2 process\(es\).*set_epoch\(1\)",
+    ):
         other.load_state_dict(state)
 
 

@@ -131,7 +131,15 @@ def test_rate_limits():
     """
     ctx = context(source)
     limited = {c.func.id: ctx.is_rate_limited(c) for c in ctx.nodes(ast.Call) if isinstance(c.func, ast.Name)}
-    assert limited == {"enumerate": False, "model": False, "a": True, "b": True, "c": True, "d": False, "e": False}
+    assert limited == {
+        "enumerate": False,
+        "model": False,
+        "a": True,
+        "b": True,
+        "c": True,
+        "d": False,
+        "e": False,
+    }
 
 
 def test_a_for_loops_iterable_runs_once_and_a_while_test_every_time():
@@ -219,7 +227,12 @@ def test_failure_and_exit_branches_run_on_few_steps_and_rank_checks_on_all():
     ctx = context(source)
     limited = {c.func.id: ctx.is_rate_limited(c) for c in ctx.nodes(ast.Call) if isinstance(c.func, ast.Name)}
     assert {k: limited[k] for k in ("log", "warn", "solved", "skipped", "on_main", "on_main_too")} == {
-        "log": False, "warn": True, "solved": True, "skipped": True, "on_main": False, "on_main_too": False,
+        "log": False,
+        "warn": True,
+        "solved": True,
+        "skipped": True,
+        "on_main": False,
+        "on_main_too": False,
     }
 
 

@@ -45,7 +45,9 @@ def classify():
         name = Path(v.path).name
         text = lines[name][v.line - 1]
         reviewed = any(f == name and fragment in text and code == v.code for f, fragment, code in REVIEWED)
-        (true if (name, v.line, v.code) in expected or reviewed else false).append((name, v.line, v.code, text.strip()))
+        (true if (name, v.line, v.code) in expected or reviewed else false).append(
+            (name, v.line, v.code, text.strip())
+        )
     return result, expected, true, false
 
 

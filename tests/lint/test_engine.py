@@ -7,7 +7,9 @@ import pytest
 from trainmedic.errors import LintError
 from trainmedic.lint import lint_paths, lint_source
 
-PRINTS_EVERY_STEP = "for batch in loader:\n    model(batch).sum().backward()\n    opt.step()\n    print(batch)\n"
+PRINTS_EVERY_STEP = (
+    "for batch in loader:\n    model(batch).sum().backward()\n    opt.step()\n    print(batch)\n"
+)
 
 
 def write(path: Path, text: str, encoding: str = "utf-8") -> Path:
@@ -20,16 +22,23 @@ def test_a_syntax_error_is_reported_and_the_other_files_are_still_linted(tmp_pat
     write(tmp_path / "a_broken.py", "def train(:\n    pass\n")
     write(tmp_path / "b_train.py", PRINTS_EVERY_STEP)
     result = lint_paths([str(tmp_path)])
-    assert [(v.path, v.line, v.code) for v in result.violations] == [(str(tmp_path / "b_train.py"), 4, "TM111")]
+    assert [(v.path, v.line, v.code) for v in result.violations] == [
+        (str(tmp_path / "b_train.py"), 4, "TM111")
+    ]
     [problem] = result.problems
-    assert str(problem) == f"{tmp_path / 'a_broken.py'}:1:11: syntax error: invalid syntax; the file was not checked"
+    assert (
+        str(problem)
+        == f"{tmp_path / 'a_broken.py'}:1:11: syntax error: invalid syntax; the file was not checked"
+    )
     assert result.failed and result.files_checked == 1
 
 
 def test_a_non_python_file_given_by_name_is_skipped_without_failing(tmp_path):
     notes = write(tmp_path / "notes.txt", "for x in y: print(x)\n")
     result = lint_paths([str(notes)])
-    assert [str(p) for p in result.problems] == [f"{notes}: not a Python file (no .py suffix or python shebang), skipped"]
+    assert [str(p) for p in result.problems] == [
+        f"{notes}: not a Python file (no .py suffix or python shebang), skipped"
+    ]
     assert not result.failed
 
 
@@ -47,7 +56,11 @@ def test_binary_and_undecodable_files_are_problems_not_crashes(tmp_path):
 
 
 def test_a_declared_encoding_is_honoured(tmp_path):
-    write(tmp_path / "latin.py", "# -*- coding: latin-1 -*-\nname = 'é'\n" + PRINTS_EVERY_STEP, encoding="latin-1")
+    write(
+        tmp_path / "latin.py",
+        "# -*- coding: latin-1 -*-\nname = 'é'\n" + PRINTS_EVERY_STEP,
+        encoding="latin-1",
+    )
     assert [v.line for v in lint_paths([str(tmp_path)]).violations] == [6]
 
 
@@ -124,7 +137,9 @@ def test_the_linted_codes_own_warnings_are_not_printed(tmp_path, capfd):
 
 
 def test_columns_count_characters_and_lines_follow_python_line_ends():
-    source = "for batch in loader:\n    model(batch).sum().backward()\n    opt.step()\n    é = 1; print(batch)\n"
+    source = (
+        "for batch in loader:\n    model(batch).sum().backward()\n    opt.step()\n    é = 1; print(batch)\n"
+    )
     [violation] = lint_source(source)
     assert (violation.line, violation.col) == (4, 12)  # 13 if bytes were counted
     source = "\f\nx = '\u2028'\n" + PRINTS_EVERY_STEP.replace("print(batch)", "print(batch)  # noqa: TM111")

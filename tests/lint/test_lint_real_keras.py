@@ -22,7 +22,9 @@ from trainmedic.lint import lint_source
 #: source, each found exactly once). Scripts leave what they observed in RESULT.
 CASES = {
     # TM101, seed 000 #6: Lambda layers built in a loop all read the loop variable's last value.
-    "loop_capture": ("TM101", """
+    "loop_capture": (
+        "TM101",
+        """
         import numpy as np
         import keras
         from keras import layers
@@ -33,9 +35,13 @@ CASES = {
             heads.append(layers.Lambda(lambda t: t[:, i : i + 1] * 1.0)(inputs))
         model = keras.Model(inputs, layers.Concatenate()(heads))
         RESULT = model.predict(np.array([[1.0, 2.0, 3.0]], dtype="float32"), verbose=0).tolist()[0]
-    """, [('lambda t: t[:, i : i + 1]', 'lambda t, i=i: t[:, i : i + 1]')]),
+    """,
+        [("lambda t: t[:, i : i + 1]", "lambda t, i=i: t[:, i : i + 1]")],
+    ),
     # TM102, seed 000 #7: Keras 3 cannot tell which way a metric function should go.
-    "monitor_mode": ("TM102", """
+    "monitor_mode": (
+        "TM102",
+        """
         import numpy as np
         import keras
 
@@ -49,9 +55,18 @@ CASES = {
         stop = keras.callbacks.EarlyStopping(monitor="val_bit_error_rate", patience=2)
         history = model.fit(x, y, validation_data=(x, y), epochs=2, batch_size=32, verbose=0, callbacks=[stop])
         RESULT = len(history.history["loss"])
-    """, [('monitor="val_bit_error_rate", patience=2', 'monitor="val_bit_error_rate", mode="min", patience=2')]),
+    """,
+        [
+            (
+                'monitor="val_bit_error_rate", patience=2',
+                'monitor="val_bit_error_rate", mode="min", patience=2',
+            )
+        ],
+    ),
     # TM103 on the torch backend: a torch op on a KerasTensor while building a functional model.
-    "backend_op_on_keras_tensor": ("TM103", """
+    "backend_op_on_keras_tensor": (
+        "TM103",
+        """
         import numpy as np
         import torch
         import keras
@@ -62,9 +77,13 @@ CASES = {
         h = torch.reshape(h, (-1, 32))
         model = keras.Model(inputs, layers.Dense(1)(h))
         RESULT = list(model.predict(np.ones((2, 4, 8), dtype="float32"), verbose=0).shape)
-    """, [('h = torch.reshape(h, (-1, 32))', 'h = keras.ops.reshape(h, (-1, 32))')]),
+    """,
+        [("h = torch.reshape(h, (-1, 32))", "h = keras.ops.reshape(h, (-1, 32))")],
+    ),
     # TM105: a PyDataset that opens its HDF5 file for every batch (seed 000 #5).
-    "open_per_batch": ("TM105", """
+    "open_per_batch": (
+        "TM105",
+        """
         import h5py
         import numpy as np
         import keras
@@ -89,12 +108,18 @@ CASES = {
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse")
         RESULT = len(model.fit(Batches("pairs.h5", 16), epochs=2, verbose=0).history["loss"])
-    """, [
-        ('self.path, self.batch_size = path, batch_size',
-         'self.file, self.batch_size = h5py.File(path, "r"), batch_size'),
-        ('                with h5py.File(self.path, "r") as f:\n                    return f["x"][rows], f["y"][rows]',
-         '                return self.file["x"][rows], self.file["y"][rows]'),
-    ]),
+    """,
+        [
+            (
+                "self.path, self.batch_size = path, batch_size",
+                'self.file, self.batch_size = h5py.File(path, "r"), batch_size',
+            ),
+            (
+                '                with h5py.File(self.path, "r") as f:\n                    return f["x"][rows], f["y"][rows]',
+                '                return self.file["x"][rows], self.file["y"][rows]',
+            ),
+        ],
+    ),
 }
 
 #: Runs each script given, in its own namespace, and prints {name: RESULT or the error}.
@@ -127,8 +152,15 @@ def _run_all(folder: Path, fixed: bool) -> dict[str, dict]:
         (folder / f"{name}.py").write_text(_source(name, fixed), encoding="utf-8")
         names.append(f"{name}.py")
     env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-c", RUNNER, *names], check=False, cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, *names],
+        check=False,
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
     return {Path(k).stem: v for k, v in json.loads(line.removeprefix("RESULTS ")).items()}

@@ -51,7 +51,9 @@ def rows() -> dict[str, dict]:
 def test_planned_growth_matches_a_real_cpu_run(rows: dict[str, dict], name: str, b1: int, b2: int) -> None:
     row = rows[name]
     planned, measured = row["planned_growth_bytes"], row["measured_growth_bytes"]
-    assert measured > 16 * 2**20, f"{name}: the measured growth {measured} B is too small to judge a 10 % error"
+    assert measured > 16 * 2**20, (
+        f"{name}: the measured growth {measured} B is too small to judge a 10 % error"
+    )
     assert abs(row["growth_error"]) <= 0.10, (
         f"{name} B={b1}->{b2}: planned growth {planned / 2**20:.1f} MiB, measured {measured / 2**20:.1f} MiB "
         f"({row['growth_error']:+.1%}); planned peaks {row['planned']}, measured {row['measured_rss']}"

@@ -46,9 +46,17 @@ def t4_plan(where: str, **changes) -> Plan:
         "max_batch": 80,
         "bytes_per_sample": 150 * MiB,
         "hotspots": [
-            Hotspot("softmax in attn", f"{where}:6", 4 * GiB, "B·H·S²·bytes = 64·4·6272²·2 = 18.8 GiB", "pool before attention"),
+            Hotspot(
+                "softmax in attn",
+                f"{where}:6",
+                4 * GiB,
+                "B·H·S²·bytes = 64·4·6272²·2 = 18.8 GiB",
+                "pool before attention",
+            ),
             # A backward op as the planner reports it: named so, at the forward line it differentiates.
-            Hotspot("mm (backward)", f"{where}:5", GiB, "B·S·D·bytes = 64·6272·1024·2 = 784.0 MiB", "recompute it"),
+            Hotspot(
+                "mm (backward)", f"{where}:5", GiB, "B·S·D·bytes = 64·6272·1024·2 = 784.0 MiB", "recompute it"
+            ),
             Hotspot("_foreach_sqrt", "<unknown>:0", 400 * MiB, "P·bytes = 104857600·4 = 400.0 MiB", ""),
         ],
         "notes": ["Adam planned with foreach=True, its default on CUDA"],
@@ -108,7 +116,16 @@ def test_a_gpu_plan_renders_exactly(tmp_path, monkeypatch):
 
 
 def test_a_plan_that_does_not_fit_says_by_how_much_and_points_to_max_batch():
-    plan = t4_plan("gone.py", batch_size=128, peak_bytes=15 * GiB, reserved_bytes=15 * GiB, max_batch=None, hotspots=[], notes=[], warnings=[])
+    plan = t4_plan(
+        "gone.py",
+        batch_size=128,
+        peak_bytes=15 * GiB,
+        reserved_bytes=15 * GiB,
+        max_batch=None,
+        hotspots=[],
+        notes=[],
+        warnings=[],
+    )
     text = render(plan)
     assert "does NOT fit: needs 2.0 GiB more; --max-batch finds the largest batch that fits\n" in text
     assert "largest batch that fits:" not in text and "Hotspots" not in text and "note:" not in text
@@ -127,14 +144,24 @@ def test_a_missing_source_file_shows_the_place_without_a_line():
 
 
 def test_no_batch_fits_and_a_custom_card():
-    plan = t4_plan("m.py", device="custom", capacity_bytes=GiB, batch_size=1, max_batch=0, bytes_per_sample=None, hotspots=[])
+    plan = t4_plan(
+        "m.py",
+        device="custom",
+        capacity_bytes=GiB,
+        batch_size=1,
+        max_batch=0,
+        bytes_per_sample=None,
+        hotspots=[],
+    )
     text = render(plan)
     assert text.startswith("Plan for a GPU of 1.0 GiB, batch 1, bf16\n")
     assert "largest batch that fits: 0 (even batch 1 does not fit)\n" in text
 
 
 def test_the_host_plan_leaves_out_allocator_and_context_rows():
-    plan = Plan("cpu", 32 * GiB, 8, "fp32", 3 * MiB, Breakdown(MiB, MiB, MiB // 2, MiB // 4, MiB // 4, 0), 3 * MiB)
+    plan = Plan(
+        "cpu", 32 * GiB, 8, "fp32", 3 * MiB, Breakdown(MiB, MiB, MiB // 2, MiB // 4, MiB // 4, 0), 3 * MiB
+    )
     text = render(plan)
     assert text.startswith("Plan for the host CPU (32.0 GiB of RAM), batch 8, fp32\n")
     assert "= peak allocated         3.0 MiB  100%\n" in text
@@ -144,12 +171,13 @@ def test_the_host_plan_leaves_out_allocator_and_context_rows():
 
 
 def test_warnings_are_yellow_and_notes_dim():
-    console = Console(file=io.StringIO(), width=100, record=True, force_terminal=True, color_system="standard")
+    console = Console(
+        file=io.StringIO(), width=100, record=True, force_terminal=True, color_system="standard"
+    )
     render_plan(t4_plan("m.py"), console)
     ansi = console.export_text(styles=True)
     assert "\x1b[33mwarning: the step could not be traced past einsum" in ansi
     assert "\x1b[2mnote: Adam planned" in ansi
-
 
 
 def test_build_plan_is_what_render_plan_prints():
@@ -183,8 +211,17 @@ def test_a_real_host_plan_names_the_users_line_and_no_gpu_rows(tiny):
     text = render(plan_memory(tiny, 8, device="cpu"))
     lines = text.splitlines()
     assert lines[0].startswith("Plan for the host CPU (") and lines[0].endswith(" of RAM), batch 8, fp32")
-    for row in ("  parameters", "  gradients", "  optimizer state", "  activations", "  temporaries",
-                "= peak allocated", "usable after headroom", "fits with ", "how sure: checked: "):
+    for row in (
+        "  parameters",
+        "  gradients",
+        "  optimizer state",
+        "  activations",
+        "  temporaries",
+        "= peak allocated",
+        "usable after headroom",
+        "fits with ",
+        "how sure: checked: ",
+    ):
         assert any(line.startswith(row) for line in lines), row
     for row in ("allocator reserve", "cuda context", "= needed", "does NOT fit"):
         assert row not in text
@@ -209,8 +246,14 @@ FLOOR = {"confidence": Confidence(LOWER_BOUND, Bound(math.inf, math.inf), ("not 
 
 
 def verification(
-    planned: int, measured: int, *, reserved: tuple[int, int] | None = None, divergence=None,
-    result: dict | None = None, oom: bool = False, source: str = "runs/mlp.json.gz",
+    planned: int,
+    measured: int,
+    *,
+    reserved: tuple[int, int] | None = None,
+    divergence=None,
+    result: dict | None = None,
+    oom: bool = False,
+    source: str = "runs/mlp.json.gz",
 ) -> Verification:
     planned_reserved, measured_reserved = reserved or (planned, measured)
     comparison = Comparison(
@@ -264,8 +307,11 @@ def test_a_step_outside_the_bound_asks_for_the_trace_in_red():
     ("planned", "agreed", "words"),
     [
         (700 * MiB, True, "the plan is a lower bound and the card's peak is at or above it"),
-        (800 * MiB, False, "the card's peak is BELOW the plan's lower bound: "
-                           "please report it with the trace"),
+        (
+            800 * MiB,
+            False,
+            "the card's peak is BELOW the plan's lower bound: please report it with the trace",
+        ),
     ],
 )
 @pytest.mark.parametrize("confidence", [FLOOR, {"confidence": None}], ids=["lower bound", "no confidence"])
@@ -277,8 +323,12 @@ def test_a_lower_bound_agrees_when_the_card_is_at_or_above_it(planned, agreed, w
 
 
 def test_a_card_out_of_memory_never_agrees_and_says_why():
-    check = verification(700 * MiB, 700 * MiB, oom=True,
-                         result={"device": "NVIDIA T4", "error": "torch.OutOfMemoryError: out of memory"})
+    check = verification(
+        700 * MiB,
+        700 * MiB,
+        oom=True,
+        result={"device": "NVIDIA T4", "error": "torch.OutOfMemoryError: out of memory"},
+    )
     plan = t4_plan("m.py", **CHECKED_PLAN)
     text = render_check(check, plan)
     assert text.startswith("\nVerified against two real steps on NVIDIA T4, recorded in runs/mlp.json.gz\n")
@@ -295,8 +345,10 @@ def test_a_live_step_names_its_first_divergence_and_no_recording():
     check = verification(700 * MiB, 700 * MiB, divergence=divergence, source="this machine's GPU")
     text = render_check(check, t4_plan("m.py", **CHECKED_PLAN), width=200)
     assert text.startswith("\nVerified against two real steps on NVIDIA H200 (torch 2.11.0+cu130)\n")
-    assert ("\nfirst divergence: step 2, forward, after 12 matching events: the card did alloc 128.0 MiB; "
-            "the plan did alloc 64.0 MiB (plan at m.py:5)\n") in text
+    assert (
+        "\nfirst divergence: step 2, forward, after 12 matching events: the card did alloc 128.0 MiB; "
+        "the plan did alloc 64.0 MiB (plan at m.py:5)\n"
+    ) in text
 
 
 def test_build_verification_is_what_render_verification_prints():

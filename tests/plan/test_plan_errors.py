@@ -596,7 +596,9 @@ def test_model_made_at_import_warns_on_every_plan(tmp_path):
 def test_an_optimizer_made_before_build_is_planned_as_a_twin_and_left_untouched():
     model = torch.nn.Linear(16, 8)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    plan = plan_memory(lambda b: {"model": model, "inputs": torch.randn(b, 16), "optimizer": optimizer}, 4, device="t4")
+    plan = plan_memory(
+        lambda b: {"model": model, "inputs": torch.randn(b, 16), "optimizer": optimizer}, 4, device="t4"
+    )
     assert plan.breakdown.optimizer_state == 2 * plan.breakdown.parameters
     assert optimizer.param_groups[0]["foreach"] is None and not optimizer.state
     assert not isinstance(model.weight, torch._subclasses.fake_tensor.FakeTensor)
@@ -614,8 +616,16 @@ def test_tied_weights_of_a_model_made_before_build_stay_tied():
             return self.out(self.emb(idx))
 
     outside = Tied()
-    before = plan_memory(lambda b: {"model": outside, "inputs": torch.randint(0, 1000, (b, 4)), "optimizer": torch.optim.Adam}, 2, device="cpu")
-    inside = plan_memory(lambda b: {"model": Tied(), "inputs": torch.randint(0, 1000, (b, 4)), "optimizer": torch.optim.Adam}, 2, device="cpu")
+    before = plan_memory(
+        lambda b: {"model": outside, "inputs": torch.randint(0, 1000, (b, 4)), "optimizer": torch.optim.Adam},
+        2,
+        device="cpu",
+    )
+    inside = plan_memory(
+        lambda b: {"model": Tied(), "inputs": torch.randint(0, 1000, (b, 4)), "optimizer": torch.optim.Adam},
+        2,
+        device="cpu",
+    )
     assert before.breakdown.parameters == inside.breakdown.parameters == 1000 * 64 * 4
     assert before.breakdown.optimizer_state == inside.breakdown.optimizer_state
     assert outside.out.weight is outside.emb.weight

@@ -112,4 +112,6 @@ def test_a_build_that_raises_inside_a_library_names_the_users_line(project):
 def test_an_item_inside_a_librarys_forward_is_warned_at_the_users_line(project):
     source, library = project
     plan = plan_memory(load_build(f"{source}:build_gated"), 4, device="t4")
-    assert plan.warnings == [f".item() at {_line(source, 'GATED')} has no value under planning; a stand-in value let the step go on"]
+    assert plan.warnings == [
+        f".item() at {_line(source, 'GATED')} has no value under planning; a stand-in value let the step go on"
+    ]

@@ -128,11 +128,23 @@ def test_sdpa_kernel_choice_follows_the_target():
 
 
 def _alloc(shape, op, itemsize=4, inputs=()):
-    return Allocation(0, itemsize * torch.Size(shape).numel(), op, "m.py:1", "forward", tuple(shape), "float32", input_shapes=inputs)
+    return Allocation(
+        0,
+        itemsize * torch.Size(shape).numel(),
+        op,
+        "m.py:1",
+        "forward",
+        tuple(shape),
+        "float32",
+        input_shapes=inputs,
+    )
 
 
 def test_formula_names_attention_pairwise_and_batch_axes():
-    assert formula_of(_alloc((8, 4, 512, 512), "_softmax"), 8) == ("attention", "B·H·S²·bytes = 8·4·512²·4 = 32.0 MiB")
+    assert formula_of(_alloc((8, 4, 512, 512), "_softmax"), 8) == (
+        "attention",
+        "B·H·S²·bytes = 8·4·512²·4 = 32.0 MiB",
+    )
     assert formula_of(_alloc((32, 512, 512), "bmm"), 8)[1].startswith("(B·4)·S²·bytes")
     kind, formula = formula_of(_alloc((128, 128, 3072), "sub", inputs=((128, 1, 3072), (1, 128, 3072))), 128)
     assert kind == "pairwise" and formula.startswith("N·M·D·bytes = 128·128·3072·4")
@@ -163,7 +175,14 @@ def test_plan_at_a_given_batch_also_reports_the_max_batch():
 def test_contract_dict_has_the_fixed_keys_and_types():
     d = plan_memory(lambda b: mlp(lambda p: torch.optim.Adam(p), b), 8, device="t4").to_dict()
     assert d["schema"] == "trainmedic.plan/1" and d["device"] == "t4"
-    assert list(d["breakdown"]) == ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "cuda_context"]
+    assert list(d["breakdown"]) == [
+        "parameters",
+        "gradients",
+        "optimizer_state",
+        "activations",
+        "temporaries",
+        "cuda_context",
+    ]
     assert all(isinstance(v, int) for v in d["breakdown"].values())
     assert isinstance(d["fits"], bool) and d["max_batch"] is None
     for h in d["hotspots"]:
@@ -179,8 +198,15 @@ def test_cuda_calls_in_build_are_planned_on_a_cpu_only_machine():
         return dict(model=model, inputs=x, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
 
     plan = plan_memory(build, 8, device="t4")
-    reference = plan_memory(lambda b: dict(model=nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)), inputs=torch.randn(b, 64),
-                                           optimizer=lambda p: torch.optim.SGD(p, lr=0.1)), 8, device="t4")
+    reference = plan_memory(
+        lambda b: dict(
+            model=nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)),
+            inputs=torch.randn(b, 64),
+            optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+        ),
+        8,
+        device="t4",
+    )
     assert plan.exact and plan.peak_bytes == reference.peak_bytes
 
 
@@ -203,5 +229,9 @@ def test_attention_dropout_is_planned_as_the_gpu_kernels_run_it():
 def test_gradient_accumulation_advice_is_honest_about_odd_batches():
     from trainmedic.plan.hotspot_advice import _accumulate
 
-    assert _accumulate(128).startswith("batch 64 with gradient accumulation over 2 steps keeps the effective batch of 128")
-    assert _accumulate(127).startswith("batch 64 with gradient accumulation over 2 steps gives an effective batch of 128")
+    assert _accumulate(128).startswith(
+        "batch 64 with gradient accumulation over 2 steps keeps the effective batch of 128"
+    )
+    assert _accumulate(127).startswith(
+        "batch 64 with gradient accumulation over 2 steps gives an effective batch of 128"
+    )

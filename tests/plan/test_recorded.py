@@ -10,19 +10,32 @@ import pytest
 from trainmedic.errors import PlanError
 from trainmedic.plan.recorded import SCHEMA, from_snapshot, load_recorded, parse_recorded, phase_of_frames
 
-RESULT = {"peak_bytes": 3072, "reserved_bytes": 2 << 20, "before_step_bytes": 512, "batch": 8, "precision": "bf16"}
+RESULT = {
+    "peak_bytes": 3072,
+    "reserved_bytes": 2 << 20,
+    "before_step_bytes": 512,
+    "batch": 8,
+    "precision": "bf16",
+}
 
 
 def _frame(filename: str, line: int, name: str) -> dict:
     return {"filename": filename, "line": line, "name": name}
 
 
-FORWARD = [_frame("/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 134, "forward"), _frame("train.py", 9, "step")]
+FORWARD = [
+    _frame("/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 134, "forward"),
+    _frame("train.py", 9, "step"),
+]
 OPTIMIZER = [_frame("/usr/lib/python3/site-packages/torch/optim/adam.py", 178, "_init_group")]
 
 
 def _snapshot(*entries) -> dict:
-    return {"device_traces": [[{"action": a, "addr": addr, "size": size, "frames": frames} for a, addr, size, frames in entries]]}
+    return {
+        "device_traces": [
+            [{"action": a, "addr": addr, "size": size, "frames": frames} for a, addr, size, frames in entries]
+        ]
+    }
 
 
 def test_a_snapshot_becomes_a_recording_with_steps_and_phases():
@@ -37,8 +50,11 @@ def test_a_snapshot_becomes_a_recording_with_steps_and_phases():
     )
     recorded = from_snapshot(snapshot, RESULT)
     assert [(e.kind, e.nbytes, e.step, e.phase) for e in recorded.events] == [
-        ("alloc", 1024, 1, "forward"), ("alloc", 2048, 1, "backward"), ("free", 1024, 1, "backward"),
-        ("alloc", 512, 1, "optimizer"), ("alloc", 1024, 2, "forward"),
+        ("alloc", 1024, 1, "forward"),
+        ("alloc", 2048, 1, "backward"),
+        ("free", 1024, 1, "backward"),
+        ("alloc", 512, 1, "optimizer"),
+        ("alloc", 1024, 2, "forward"),
     ]
     # An address freed and taken again keeps its id: each free pairs with the alloc before it.
     blocks = [e.block for e in recorded.events]
@@ -50,7 +66,9 @@ def test_a_snapshot_becomes_a_recording_with_steps_and_phases():
 
 
 def test_a_recording_survives_its_own_file(tmp_path):
-    recorded = from_snapshot(_snapshot(("alloc", 1, 4096, FORWARD), ("free_requested", 1, 4096, FORWARD)), RESULT)
+    recorded = from_snapshot(
+        _snapshot(("alloc", 1, 4096, FORWARD), ("free_requested", 1, 4096, FORWARD)), RESULT
+    )
     path = tmp_path / "step.json.gz"
     with gzip.open(path, "wt") as handle:
         json.dump(recorded.to_dict(), handle)
@@ -68,9 +86,18 @@ def test_an_out_of_memory_event_marks_the_recording():
     [
         ({"schema": "trainmedic.plan/1"}, "is not a gpu-alloc-trace/1 document (schema 'trainmedic.plan/1')"),
         ([1, 2], "is not a gpu-alloc-trace/1 document (schema 'list')"),
-        ({"schema": SCHEMA, "frames": [], "events": [["a", 1]], "result": RESULT}, "has a malformed gpu-alloc-trace/1 body"),
-        ({"schema": SCHEMA, "frames": [], "events": [], "result": {"peak_bytes": 1}}, "has a malformed gpu-alloc-trace/1 body"),
-        ({"schema": SCHEMA, "frames": [], "events": [], "result": {"peak_bytes": 0, "reserved_bytes": 0}}, "records no allocation"),
+        (
+            {"schema": SCHEMA, "frames": [], "events": [["a", 1]], "result": RESULT},
+            "has a malformed gpu-alloc-trace/1 body",
+        ),
+        (
+            {"schema": SCHEMA, "frames": [], "events": [], "result": {"peak_bytes": 1}},
+            "has a malformed gpu-alloc-trace/1 body",
+        ),
+        (
+            {"schema": SCHEMA, "frames": [], "events": [], "result": {"peak_bytes": 0, "reserved_bytes": 0}},
+            "records no allocation",
+        ),
     ],
 )
 def test_a_document_that_is_no_recording_is_refused_by_name(document, message):

@@ -45,7 +45,11 @@ class Seed000(nn.Module):
 
 
 def seed000(batch_size: int, pool: int = 1) -> dict:
-    return dict(model=Seed000(pool), inputs=torch.randn(batch_size, 1, 448, 14), optimizer=lambda p: torch.optim.Adam(p, 1e-3))
+    return dict(
+        model=Seed000(pool),
+        inputs=torch.randn(batch_size, 1, 448, 14),
+        optimizer=lambda p: torch.optim.Adam(p, 1e-3),
+    )
 
 
 def test_seed000_attention_at_batch_64_does_not_fit_48_gb_and_names_the_scores():
@@ -55,7 +59,10 @@ def test_seed000_attention_at_batch_64_does_not_fit_48_gb_and_names_the_scores()
     assert plan.peak_bytes > 3 * 64 * 4 * 6272**2 * 4
     top = plan.hotspots[0]
     assert "B·H·S²·bytes = 64·4·6272²·4" in " ".join(h.formula for h in plan.hotspots)
-    assert any(h.where.endswith(f"test_seed_scenarios.py:{_line('SCORES LINE')}") and "softmax" in h.op for h in plan.hotspots)
+    assert any(
+        h.where.endswith(f"test_seed_scenarios.py:{_line('SCORES LINE')}") and "softmax" in h.op
+        for h in plan.hotspots
+    )
     assert top.bytes >= 64 * 4 * 6272**2 * 4
     assert "scaled_dot_product_attention" in top.advice and "pool tokens" in top.advice
     assert "gradient accumulation" in top.advice
@@ -80,7 +87,9 @@ class VelocityNet(nn.Module):
         blocks = [nn.Conv2d(3, width, 3, padding=1)]
         for _ in range(depth):
             blocks += [nn.GroupNorm(32, width), nn.SiLU(), nn.Conv2d(width, width, 3, padding=1)]
-        self.net = nn.Sequential(*blocks, nn.GroupNorm(32, width), nn.SiLU(), nn.Conv2d(width, 3, 3, padding=1))
+        self.net = nn.Sequential(
+            *blocks, nn.GroupNorm(32, width), nn.SiLU(), nn.Conv2d(width, 3, 3, padding=1)
+        )
 
     def forward(self, x):
         return self.net(x)
@@ -123,7 +132,9 @@ class Flow(nn.Module):
 
 def seed004(batch_size: int) -> dict:
     inputs = (torch.randn(batch_size, 3, 32, 32), torch.randn(batch_size, 3072))
-    return dict(model=Flow(), inputs=inputs, optimizer=lambda p: torch.optim.Adam(p, 1e-4), loss_fn=lambda loss: loss)
+    return dict(
+        model=Flow(), inputs=inputs, optimizer=lambda p: torch.optim.Adam(p, 1e-4), loss_fn=lambda loss: loss
+    )
 
 
 def test_seed004_sinkhorn_cost_is_the_hotspot_with_its_closed_form():
@@ -145,4 +156,6 @@ def test_seed004_max_batch_on_a_t4():
 
 def _line(marker: str) -> int:
     with open(__file__) as f:
-        return next(i for i, text in enumerate(f, 1) if text.rstrip().endswith(marker) and "_line(" not in text)
+        return next(
+            i for i, text in enumerate(f, 1) if text.rstrip().endswith(marker) and "_line(" not in text
+        )

@@ -39,7 +39,10 @@ def test_a_copy_the_override_missed_is_named_at_its_line_in_every_format(tracker
     read_all(cfg)
     [finding] = analyse(tracker.snapshot(), ["run.py", "--seed", "3", "--max-steps=3"])
     assert (finding.kind, finding.file, finding.key, finding.line) == (
-        "missed_override", f"config{suffix}", "c.steps", LINE_OF_C_STEPS[suffix]
+        "missed_override",
+        f"config{suffix}",
+        "c.steps",
+        LINE_OF_C_STEPS[suffix],
     )
     assert finding.related == ("a.steps", "b.steps")
     assert finding.message.startswith(
@@ -149,8 +152,11 @@ def test_an_override_applied_after_the_value_was_read_is_reported_as_too_late(tr
     cfg["train"]["epoch"] = 1  # a typo: nothing reads it
     assert epochs == 10
     assert [(f.key, f.line, f.message.split(":")[0]) for f in analyse(tracker.snapshot())] == [
-        ("train.epochs", 2, "train.epochs was set to 1 after the program had read it (as 10) and was never "
-         "read again"),
+        (
+            "train.epochs",
+            2,
+            "train.epochs was set to 1 after the program had read it (as 10) and was never read again",
+        ),
         ("train.epoch", None, "train.epoch was set to 1 but nothing reads it"),
     ]
 
@@ -162,8 +168,10 @@ def test_findings_are_sorted_by_file_line_and_key(tracker, tmp_path):
         cfg["z"], cfg["x"]["steps"], cfg["w"]["steps"]
     findings = analyse(tracker.snapshot())
     assert [(f.file, f.line, f.kind) for f in findings] == [
-        ("a.yaml", 2, "never_read"), ("a.yaml", 4, "missed_override"),
-        ("b.yaml", 2, "never_read"), ("b.yaml", 4, "missed_override"),
+        ("a.yaml", 2, "never_read"),
+        ("a.yaml", 4, "missed_override"),
+        ("b.yaml", 2, "never_read"),
+        ("b.yaml", 4, "missed_override"),
     ]
 
 
@@ -208,14 +216,44 @@ alias: *b
 second: doc
 """
     lines = key_lines(text, "config.yaml")
-    assert {k: lines.get(k) for k in (
-        "top", "top.nested", "top.quoted key", "top.single", "notes", "layers", "layers.0.width",
-        "layers.0.act", "layers.1.width", "layers.1.sub.0.deep", "flow.a", "flow.b.c", "flow.d.1.e",
-        "multi.f", "multi.g", "long", "base.k",
-    )} == {
-        "top": 4, "top.nested": 5, "top.quoted key": 6, "top.single": 7, "notes": 8, "layers": 11,
-        "layers.0.width": 12, "layers.0.act": 13, "layers.1.width": 14, "layers.1.sub.0.deep": 16,
-        "flow.a": 17, "flow.b.c": 17, "flow.d.1.e": 17, "multi.f": 19, "multi.g": 20, "long": 21,
+    assert {
+        k: lines.get(k)
+        for k in (
+            "top",
+            "top.nested",
+            "top.quoted key",
+            "top.single",
+            "notes",
+            "layers",
+            "layers.0.width",
+            "layers.0.act",
+            "layers.1.width",
+            "layers.1.sub.0.deep",
+            "flow.a",
+            "flow.b.c",
+            "flow.d.1.e",
+            "multi.f",
+            "multi.g",
+            "long",
+            "base.k",
+        )
+    } == {
+        "top": 4,
+        "top.nested": 5,
+        "top.quoted key": 6,
+        "top.single": 7,
+        "notes": 8,
+        "layers": 11,
+        "layers.0.width": 12,
+        "layers.0.act": 13,
+        "layers.1.width": 14,
+        "layers.1.sub.0.deep": 16,
+        "flow.a": 17,
+        "flow.b.c": 17,
+        "flow.d.1.e": 17,
+        "multi.f": 19,
+        "multi.g": 20,
+        "long": 21,
         "base.k": 26,
     }
     assert lines["dup"] is None  # ambiguous
@@ -253,14 +291,39 @@ seed = 1
 name = "b"
 '''
     lines = key_lines(text, "pyproject.toml")
-    assert {k: lines.get(k) for k in (
-        "title", "owner.name", "quoted.key", "text", "nums", "nums.1.inner", "model", "model.width",
-        "model.opt.lr", "model.opt.sched.gamma", "model.head.size", "runs.0.name", "runs.0.extra.seed",
-        "runs.1.name",
-    )} == {
-        "title": 1, "owner.name": 2, "quoted.key": 3, "text": 4, "nums": 7, "nums.1.inner": 9, "model": 12,
-        "model.width": 13, "model.opt.lr": 14, "model.opt.sched.gamma": 14, "model.head.size": 17,
-        "runs.0.name": 20, "runs.0.extra.seed": 23, "runs.1.name": 26,
+    assert {
+        k: lines.get(k)
+        for k in (
+            "title",
+            "owner.name",
+            "quoted.key",
+            "text",
+            "nums",
+            "nums.1.inner",
+            "model",
+            "model.width",
+            "model.opt.lr",
+            "model.opt.sched.gamma",
+            "model.head.size",
+            "runs.0.name",
+            "runs.0.extra.seed",
+            "runs.1.name",
+        )
+    } == {
+        "title": 1,
+        "owner.name": 2,
+        "quoted.key": 3,
+        "text": 4,
+        "nums": 7,
+        "nums.1.inner": 9,
+        "model": 12,
+        "model.width": 13,
+        "model.opt.lr": 14,
+        "model.opt.sched.gamma": 14,
+        "model.head.size": 17,
+        "runs.0.name": 20,
+        "runs.0.extra.seed": 23,
+        "runs.1.name": 26,
     }
     assert "fake" not in lines and "no" not in lines
 

@@ -468,7 +468,10 @@ def test_seed_004_a_finished_smoke_run_names_the_missed_copy_at_its_line(tmp_pat
     argv = ["train.py", "--train-iters", "5"]
     done = subprocess.run(
         [sys.executable, str(driver), str(CONFIGS_PY), str(root), str(out), str(script), *argv[1:]],
-        cwd=root, capture_output=True, text=True, timeout=60,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     snapshot = json.loads(out.read_text())
@@ -482,7 +485,9 @@ def test_seed_004_a_run_stuck_in_phase_3_names_the_missed_copy_from_its_sigusr2_
     argv = ["train.py", "--train-iters", "5", "--slow-phase", "time_predictor"]
     child = subprocess.Popen(
         [sys.executable, str(driver), str(CONFIGS_PY), str(root), str(out), str(script), *argv[1:]],
-        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         wait_for(lambda: (root / "phase.started").exists() or child.poll() is not None, timeout=30)
@@ -528,7 +533,10 @@ def test_keys_read_only_in_a_forked_worker_are_not_reported_never_read(tmp_path)
     out = tmp_path / "configs.json"
     done = subprocess.run(
         [sys.executable, str(driver), str(CONFIGS_PY), str(tmp_path), str(out), str(script)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     snapshot = json.loads(out.read_text())
@@ -557,6 +565,8 @@ os.waitpid(pid, 0)
 print(json.dumps(tracker.snapshot()["files"][0]["copied"]))
 """
     write(tmp_path / "aug.yaml", AUG)
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "false"

@@ -20,8 +20,13 @@ MiB, GiB = 2**20, 2**30
 
 
 def render(*results: ExperimentResult, root: Path = ROOT, width: int = 100, styles: bool = False) -> str:
-    console = Console(file=io.StringIO(), width=width, record=True, force_terminal=styles,
-                      color_system="standard" if styles else None)
+    console = Console(
+        file=io.StringIO(),
+        width=width,
+        record=True,
+        force_terminal=styles,
+        color_system="standard" if styles else None,
+    )
     render_preflight(PreflightReport(root, root / "pyproject.toml", "t4", None, True, list(results)), console)
     return "\n".join(line.rstrip() for line in console.export_text(styles=styles).splitlines()) + "\n"
 
@@ -62,10 +67,14 @@ def test_a_failure_with_nothing_to_say_still_names_itself():
 def test_each_resume_state_has_its_short_form_and_its_colour():
     results = [
         result("a", resume=ResumeCheck("not_restored", "the resumed run started over from step 0")),
-        result("b", resume=ResumeCheck(
-            "resume_failed", "the resumed run failed: KeyError: 'optimizer'",
-            where=Where(Frame("/proj/train.py", 12, "main", "ck.restore(model, opt)")),
-        )),
+        result(
+            "b",
+            resume=ResumeCheck(
+                "resume_failed",
+                "the resumed run failed: KeyError: 'optimizer'",
+                where=Where(Frame("/proj/train.py", 12, "main", "ck.restore(model, opt)")),
+            ),
+        ),
         result("c", resume=ResumeCheck("inconclusive", "no save happened before the run ended")),
     ]
     text = render(*results)
@@ -86,8 +95,9 @@ def test_each_resume_state_has_its_short_form_and_its_colour():
 
 
 def test_why_a_check_did_not_run_is_a_dim_note():
-    quiet = result(config_note="no config file was read",
-                   resume_note="the script does not use checkpoint.Checkpointer")
+    quiet = result(
+        config_note="no config file was read", resume_note="the script does not use checkpoint.Checkpointer"
+    )
     text = render(quiet)
     assert text.endswith(
         "toy: passed after 0.50 s\n"
@@ -110,12 +120,15 @@ def test_a_config_key_never_read_is_dim_and_a_missed_override_yellow():
 
 def test_a_plan_that_does_not_fit_is_a_verdict_and_a_lower_bound_says_so():
     big = result("big", plan=PlanCheck("m.py:build", "t4", 64, "bf16", False, 15 * GiB, 16 * GiB, 15 * GiB))
-    floor = result("floor", plan=PlanCheck("m.py:build", "t4", 8, "fp32", True, MiB, 400 * MiB, 15 * GiB,
-                                           exact=False))
+    floor = result(
+        "floor", plan=PlanCheck("m.py:build", "t4", 8, "fp32", True, MiB, 400 * MiB, 15 * GiB, exact=False)
+    )
     text = render(big, floor, width=200)
     assert "big         DOES NOT FIT  0.50 s  does not fit on t4\n" in text
-    assert ("  plan on t4, batch 8, fp32: needs 400.0 MiB of 15.0 GiB: fits "
-            "(a lower bound: part of the step could not be traced)\n") in text
+    assert (
+        "  plan on t4, batch 8, fp32: needs 400.0 MiB of 15.0 GiB: fits "
+        "(a lower bound: part of the step could not be traced)\n"
+    ) in text
     assert text.endswith("1 of 2 experiments needs attention: 1 does not fit.\n")
 
 

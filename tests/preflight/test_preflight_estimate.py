@@ -27,9 +27,13 @@ def experiment(**fields) -> Experiment:
 
 def test_fits_a_session_at_the_declared_speed():
     estimate = session_estimate(experiment(steps=40000, step_time=0.62), 9 * HOUR, cpu_step=0.001)
-    assert (estimate.speed_source, estimate.total_seconds, estimate.fits, estimate.sessions, estimate.deadline) == (
-        "target", 24800.0, True, 1, None
-    )
+    assert (
+        estimate.speed_source,
+        estimate.total_seconds,
+        estimate.fits,
+        estimate.sessions,
+        estimate.deadline,
+    ) == ("target", 24800.0, True, 1, None)
     assert estimate.message == (
         "full run: 40000 steps x 620.0 ms per step (step_time, measured on the target) = 6h53m: fits a 9h session"
     )
@@ -70,8 +74,19 @@ def test_no_speed_no_limit_no_steps():
 
 
 def test_spans_and_budgets():
-    assert [format_duration(s) for s in (9 * HOUR, 8.75 * HOUR, 725.0, 42.0)] == ["9h", "8h45m", "12m05s", "42.00 s"]
-    assert [format_budget(s) for s in (20.0, 120.0, 90.0, 1.5, 5400.0)] == ["20s", "2m", "1m30s", "1.50 s", "1h30m"]
+    assert [format_duration(s) for s in (9 * HOUR, 8.75 * HOUR, 725.0, 42.0)] == [
+        "9h",
+        "8h45m",
+        "12m05s",
+        "42.00 s",
+    ]
+    assert [format_budget(s) for s in (20.0, 120.0, 90.0, 1.5, 5400.0)] == [
+        "20s",
+        "2m",
+        "1m30s",
+        "1.50 s",
+        "1h30m",
+    ]
 
 
 # -- the measured CPU speed -------------------------------------------------------------------
@@ -85,7 +100,10 @@ def test_cpu_step_time_is_the_median_step_without_warmup_and_saves(tmp_path):
     lines += ["step 2 11.0", "step 2 12.0"]  # a second optimizer that stepped less
     timeline.write_text("\n".join(lines) + "\nstep 1 garbage\n")
     events = tmp_path / "events.jsonl"
-    saves = [{"event": "save", "step": i, "started": 13.0 + 0.15 * i + 0.05, "ended": 13.0 + 0.15 * i + 0.10} for i in range(7)]
+    saves = [
+        {"event": "save", "step": i, "started": 13.0 + 0.15 * i + 0.05, "ended": 13.0 + 0.15 * i + 0.10}
+        for i in range(7)
+    ]
     events.write_text("\n".join(json.dumps(e) for e in saves) + "\n{broken\n")
     assert cpu_step_time(timeline, read_events(events).saves) == pytest.approx(0.1)
     assert cpu_step_time(timeline) == pytest.approx(0.15)
@@ -137,12 +155,16 @@ def test_plan_problems_are_reported_not_raised(project):
     project.write("model.py", BUILD)
     assert plan_check(experiment(), "t4", project.root) is None
     no_device = plan_check(experiment(plan="model.py:build", batch=8), None, project.root)
-    assert no_device.error.startswith("no target GPU to plan for: set device = \"t4\" under [tool.trainmedic.preflight]")
+    assert no_device.error.startswith(
+        'no target GPU to plan for: set device = "t4" under [tool.trainmedic.preflight]'
+    )
     broken = plan_check(experiment(plan="model.py:broken", batch=8), "t4", project.root)
     assert "raised ValueError: no data folder configured" in broken.error and broken.fits is None
     # The experiment's env reaches the plan's process: here a PYTHONPATH where torch cannot be imported.
     project.write("notorch/torch.py", "raise ImportError(\"No module named 'torch'\")\n")
-    missing = plan_check(experiment(plan="model.py:build", batch=8, env={"PYTHONPATH": "notorch"}), "t4", project.root)
+    missing = plan_check(
+        experiment(plan="model.py:build", batch=8, env={"PYTHONPATH": "notorch"}), "t4", project.root
+    )
     assert "pip install 'trainmedic[torch]'" in missing.error
 
 
@@ -208,7 +230,9 @@ def test_a_plan_stuck_outside_the_projects_code_names_no_library_line(project, t
     (slow / "torch.py").write_text("import time\n\nwhile True:\n    time.sleep(0.01)\n")
     project.write("model.py", BUILD)
     check = plan_check(
-        experiment(plan="model.py:build", batch=8, budget=4.0, env={"PYTHONPATH": str(slow)}), "t4", project.root
+        experiment(plan="model.py:build", batch=8, budget=4.0, env={"PYTHONPATH": str(slow)}),
+        "t4",
+        project.root,
     )
     assert check.error == (
         "the plan was still running after its 4s budget, outside the project's code (in trainmedic or a library, "

@@ -88,10 +88,16 @@ def test_a_project_under_the_interpreters_prefix_is_still_the_users(tmp_path, mo
 
 def test_innermost_user_frame_and_relative_paths(tmp_path):
     frames = resolve(
-        [Frame("train.py", 9, "<module>"), Frame("pkg/model.py", 4, "forward"), Frame(sys.modules["json"].__file__, 1, "loads")],
+        [
+            Frame("train.py", 9, "<module>"),
+            Frame("pkg/model.py", 4, "forward"),
+            Frame(sys.modules["json"].__file__, 1, "loads"),
+        ],
         tmp_path,
     )
-    assert innermost_user(frames, UserFiles([tmp_path])) == Frame(str(tmp_path / "pkg/model.py"), 4, "forward")
+    assert innermost_user(frames, UserFiles([tmp_path])) == Frame(
+        str(tmp_path / "pkg/model.py"), 4, "forward"
+    )
     assert innermost_user(frames[2:], UserFiles([tmp_path])) is None
     assert shown_path(str(tmp_path / "pkg/model.py"), tmp_path) == "pkg/model.py"
     assert shown_path("/elsewhere/x.py", tmp_path) == "/elsewhere/x.py"
@@ -126,7 +132,9 @@ Current thread 0x00007f00 (most recent call first):
 
 def test_the_loop_around_a_stuck_line(tmp_path):
     path = tmp_path / "train.py"
-    path.write_text("def phase(n):\n    for i in range(n):\n        while True:\n            step()\n    done()\n")
+    path.write_text(
+        "def phase(n):\n    for i in range(n):\n        while True:\n            step()\n    done()\n"
+    )
     where = stuck_where(Frame(str(path), 4, "phase"))
     assert (where.frame.source, where.loop_line, where.loop_source) == ("step()", 3, "while True:")
     assert stuck_where(Frame(str(path), 5, "phase")).loop_line is None

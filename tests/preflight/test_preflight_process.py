@@ -25,4 +25,3 @@ def test_a_stale_site_pid_outside_the_childs_group_gets_no_sigusr2(tmp_path):
     finally:
         other.kill()
         other.wait()
-

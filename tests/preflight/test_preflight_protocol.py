@@ -18,10 +18,12 @@ def _string_literals(path: Path) -> set[str]:
     docstrings = {
         id(node.body[0].value)
         for node in ast.walk(tree)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node) is not None
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+        and ast.get_docstring(node) is not None
     }
     return {
-        node.value for node in ast.walk(tree)
+        node.value
+        for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
     }
 
@@ -35,5 +37,12 @@ def test_the_sitecustomize_spells_child_pys_variables_and_file_names():
     variables = {s for s in literals if s.startswith("TRAINMEDIC_")}
     assert variables == {child.DIR_VAR, child.PID_VAR, child.ROOT_VAR, child.PACKAGE_VAR}
     files = {s for s in literals if re.fullmatch(r"[\w.]+\.(txt|json|pid)", s)}
-    assert files == {child.STACK, child.FAULTHANDLER, child.CONFIGS, child.EXCEPTION, child.TIMELINE,
-                     child.SITE_PID, child.SITE_ERRORS}
+    assert files == {
+        child.STACK,
+        child.FAULTHANDLER,
+        child.CONFIGS,
+        child.EXCEPTION,
+        child.TIMELINE,
+        child.SITE_PID,
+        child.SITE_ERRORS,
+    }

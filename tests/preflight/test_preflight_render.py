@@ -33,29 +33,62 @@ MiB, GiB = 2**20, 2**30
 
 def report() -> PreflightReport:
     toy = ExperimentResult(
-        "toy2d", "python train.py --dataset 2d", 120.0, "passed", 1.234, 0, uses_checkpointer=True,
+        "toy2d",
+        "python train.py --dataset 2d",
+        120.0,
+        "passed",
+        1.234,
+        0,
+        uses_checkpointer=True,
         resume=ResumeCheck(
-            "identical", "resume identical from step 3 (killed after the save of step 3; 2 later saves compared)", 3, 3, [4, 5]
+            "identical",
+            "resume identical from step 3 (killed after the save of step 3; 2 later saves compared)",
+            3,
+            3,
+            [4, 5],
         ),
         plan=PlanCheck("model.py:build", "t4", 256, "fp32", True, 300 * MiB, 700 * MiB, T4),
         session=SessionEstimate(
-            40000, 0.62, "target", 24800.0, 32400.0, True, 1, None,
+            40000,
+            0.62,
+            "target",
+            24800.0,
+            32400.0,
+            True,
+            1,
+            None,
             "full run: 40000 steps x 620.0 ms per step (step_time, measured on the target) = 6h53m: fits a 9h session",
         ),
     )
     mnist = ExperimentResult(
-        "mnist", "python train.py --dataset mnist", 120.0, "failed", 0.51, 1,
+        "mnist",
+        "python train.py --dataset mnist",
+        120.0,
+        "failed",
+        0.51,
+        1,
         error="ValueError: Input samples 'x' and 'y' should be encoded as (N,D) or (B,N,D) (batch) tensors.",
         where=Where(Frame("/proj/nsgf/flow.py", 42, "compute_velocity", "F, G = loss_fn(x, y)")),
         plan=PlanCheck("model.py:build", "t4", 128, "fp32", False, 15 * GiB, 16 * GiB, T4),
         session=SessionEstimate(
-            40000, 0.9, "target", 36000.0, 32400.0, False, 2, 31500.0,
+            40000,
+            0.9,
+            "target",
+            36000.0,
+            32400.0,
+            False,
+            2,
+            31500.0,
             "full run: 40000 steps x 900.0 ms per step (step_time, measured on the target) = 10h: needs 2 sessions of "
             "9h: pass deadline='8h45m' to checkpoint.Checkpointer and resume in the next session",
         ),
     )
     cifar = ExperimentResult(
-        "cifar", "python train.py --dataset cifar --train-iters 5", 120.0, "stuck", 120.0,
+        "cifar",
+        "python train.py --dataset cifar --train-iters 5",
+        120.0,
+        "stuck",
+        120.0,
         where=Where(
             Frame("/proj/train.py", 88, "train_time_predictor", "loss = predictor.step(batch)"),
             86,
@@ -63,7 +96,10 @@ def report() -> PreflightReport:
         ),
         configs=[
             ConfigIssue(
-                "missed_override", "config.yaml", "time_predictor.num_iterations", 31,
+                "missed_override",
+                "config.yaml",
+                "time_predictor.num_iterations",
+                31,
                 "time_predictor.num_iterations = 40000 was not changed, but nsgf_training.num_iterations and "
                 "nsf_training.num_iterations were set to 5",
                 ("nsgf_training.num_iterations", "nsf_training.num_iterations"),
@@ -71,20 +107,42 @@ def report() -> PreflightReport:
         ],
     )
     resume = ExperimentResult(
-        "resume", "python ck.py", 120.0, "passed", 0.8, 0, uses_checkpointer=True,
+        "resume",
+        "python ck.py",
+        120.0,
+        "passed",
+        0.8,
+        0,
+        uses_checkpointer=True,
         resume=ResumeCheck(
-            "diverged", "diverged at step 5 in object 'model': after resuming from step 4 the run no longer matches",
-            4, 4, [5, 6], 5, ["model"],
+            "diverged",
+            "diverged at step 5 in object 'model': after resuming from step 4 the run no longer matches",
+            4,
+            4,
+            [5, 6],
+            5,
+            ["model"],
             skipped=[("/tmp/x/checkpoints/r/000003-step-3", "sha256 mismatch in model.pt")],
         ),
     )
     unplanned = ExperimentResult(
-        "vae", "python vae.py", 120.0, "passed", 0.3, 0,
+        "vae",
+        "python vae.py",
+        120.0,
+        "passed",
+        0.3,
+        0,
         plan=PlanCheck("vae.py:build", "", 64, "fp32", error="no target GPU to plan for: set device"),
         notes=["instrumentation: x"],
     )
     return PreflightReport(
-        ROOT, ROOT / "pyproject.toml", "t4", 32400.0, True, [toy, mnist, cifar, resume, unplanned], notes=["a report note"]
+        ROOT,
+        ROOT / "pyproject.toml",
+        "t4",
+        32400.0,
+        True,
+        [toy, mnist, cifar, resume, unplanned],
+        notes=["a report note"],
     )
 
 

@@ -90,16 +90,27 @@ def test_a_correct_torch_loop_resumes_identically_and_its_cpu_speed_is_measured(
         """
     )
     (result,) = project.run().experiments
-    assert (result.plan.fits, result.plan.device, result.plan.batch, result.plan.error) == (True, "t4", 64, None)
+    assert (result.plan.fits, result.plan.device, result.plan.batch, result.plan.error) == (
+        True,
+        "t4",
+        64,
+        None,
+    )
     assert (result.verdict, result.uses_checkpointer) == ("passed", True)
     resume = result.resume
     assert (resume.status, resume.killed_after_step, resume.restored_step) == ("identical", 5, 5)
     assert resume.compared_steps == [6, 7, 8, 9, 10]
-    assert resume.message == "resume identical from step 5 (killed after the save of step 5; 5 later saves compared)"
+    assert (
+        resume.message
+        == "resume identical from step 5 (killed after the save of step 5; 5 later saves compared)"
+    )
     assert 0 < result.cpu_step_time < 1.0
     session = result.session
     assert (session.speed_source, session.fits, session.sessions) == ("cpu", True, 1)
-    assert "(the CPU speed of this tiny run, not the target GPU's: declare step_time measured there)" in session.message
+    assert (
+        "(the CPU speed of this tiny run, not the target GPU's: declare step_time measured there)"
+        in session.message
+    )
 
 
 @pytest.mark.parametrize(
@@ -120,37 +131,69 @@ def test_state_that_is_not_checkpointed_diverges(project, draw, extra):
 
 def test_the_same_loop_with_its_counter_checkpointed_is_identical(project):
     result = run_one(project, py_loop("decay()", extra="counter"))
-    assert (result.verdict, result.resume.status, result.resume.compared_steps) == ("passed", "identical", [5, 6, 7, 8])
+    assert (result.verdict, result.resume.status, result.resume.compared_steps) == (
+        "passed",
+        "identical",
+        [5, 6, 7, 8],
+    )
 
 
 def test_a_script_that_never_restores(project):
     script = py_loop().replace("start = ckpt.restore(state=state)", "start = 0")
     result = run_one(project, script)
     assert (result.verdict, result.resume.status) == ("resume_failed", "not_restored")
-    assert result.resume.message.startswith("the second run never called restore(), although run B was killed after saving step 4")
+    assert result.resume.message.startswith(
+        "the second run never called restore(), although run B was killed after saving step 4"
+    )
 
 
 def test_a_checkpoint_directory_that_changes_every_run_restores_nothing(project):
-    script = py_loop().replace('Checkpointer("runs/py")', 'Checkpointer(f"runs/{__import__(\'os\').getpid()}")')
+    script = py_loop().replace(
+        'Checkpointer("runs/py")', "Checkpointer(f\"runs/{__import__('os').getpid()}\")"
+    )
     result = run_one(project, script)
-    assert (result.verdict, result.resume.status, result.resume.restored_step) == ("resume_failed", "not_restored", 0)
-    assert result.resume.message == "restore() resumed nothing (step 0), but step 4 had been saved before the kill"
+    assert (result.verdict, result.resume.status, result.resume.restored_step) == (
+        "resume_failed",
+        "not_restored",
+        0,
+    )
+    assert (
+        result.resume.message
+        == "restore() resumed nothing (step 0), but step 4 had been saved before the kill"
+    )
 
 
 def test_a_resume_path_that_crashes_is_reported_at_the_users_line(project):
-    script = py_loop().replace(
-        "start = ckpt.restore(state=state)\n", "start = ckpt.restore(state=state)\nif start == 0:\n    seen = []\n"
-    ).replace('    state["w"] += random.random()\n', '    seen.append(step)\n    state["w"] += random.random()\n')
+    script = (
+        py_loop()
+        .replace(
+            "start = ckpt.restore(state=state)\n",
+            "start = ckpt.restore(state=state)\nif start == 0:\n    seen = []\n",
+        )
+        .replace(
+            '    state["w"] += random.random()\n',
+            '    seen.append(step)\n    state["w"] += random.random()\n',
+        )
+    )
     result = run_one(project, script)
     assert (result.verdict, result.resume.status) == ("resume_failed", "resume_failed")
     assert result.resume.message == "the resumed run failed: NameError: name 'seen' is not defined"
-    assert (result.resume.where.frame.source, result.resume.where.frame.function) == ("seen.append(step)", "<module>")
+    assert (result.resume.where.frame.source, result.resume.where.frame.function) == (
+        "seen.append(step)",
+        "<module>",
+    )
 
 
 def test_a_nondeterministic_run_is_said_to_be_uncheckable(project):
     result = run_one(project, py_loop().replace("random.seed(0)", "random.seed()"))
-    assert (result.verdict, result.resume.status, result.resume.diverged_step) == ("passed", "nondeterministic", 1)
-    assert result.resume.message.startswith("not checked: two fresh runs already differ at step 1 in object 'state', before any kill")
+    assert (result.verdict, result.resume.status, result.resume.diverged_step) == (
+        "passed",
+        "nondeterministic",
+        1,
+    )
+    assert result.resume.message.startswith(
+        "not checked: two fresh runs already differ at step 1 in object 'state', before any kill"
+    )
 
 
 def test_one_save_is_not_enough(project):
@@ -161,18 +204,33 @@ def test_one_save_is_not_enough(project):
 
 def test_resume_check_off_and_not_run_after_a_failure(project):
     result = run_one(project, py_loop(), resume_check=False)
-    assert (result.resume, result.resume_note) == (None, "resume check off (resume_check = false or --no-resume-check)")
+    assert (result.resume, result.resume_note) == (
+        None,
+        "resume check off (resume_check = false or --no-resume-check)",
+    )
     result = run_one(project, py_loop() + "raise SystemExit('boom')\n")
-    assert (result.verdict, result.resume, result.resume_note) == ("failed", None, "resume check not run: the run itself did not pass")
+    assert (result.verdict, result.resume, result.resume_note) == (
+        "failed",
+        None,
+        "resume check not run: the run itself did not pass",
+    )
 
 
 def test_run_b_is_frozen_right_after_the_save_it_waits_for_and_killed(project, tmp_path):
     project.write("train.py", py_loop(total=50))
     directory = tmp_path / "b"
     outcome = run_child(
-        [sys.executable, "train.py"], project.root, child_env(directory, project.root, {}, hold_at=7), directory, 30,
+        [sys.executable, "train.py"],
+        project.root,
+        child_env(directory, project.root, {}, hold_at=7),
+        directory,
+        30,
         kill_after_save=7,
     )
     assert (outcome.killed_after_save, outcome.returncode, outcome.stuck) == (7, None, False)
-    saves = [e["step"] for e in map(json.loads, (directory / EVENTS).read_text().splitlines()) if e["event"] == "save"]
+    saves = [
+        e["step"]
+        for e in map(json.loads, (directory / EVENTS).read_text().splitlines())
+        if e["event"] == "save"
+    ]
     assert saves == [1, 2, 3, 4, 5, 6, 7]  # nothing after the kill point: the kill lands exactly there

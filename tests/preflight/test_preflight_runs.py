@@ -88,7 +88,11 @@ def test_the_2d_experiment_passes_and_the_image_one_fails_at_the_users_line(proj
     assert mnist.error.startswith("ValueError: ")
     assert "more dimensions than subscripts" in mnist.error  # numpy's own words, raised inside numpy
     frame = mnist.where.frame
-    assert (frame.path, frame.line, frame.function) == (str(script.resolve()), line_of(script, "np.einsum"), "velocity")
+    assert (frame.path, frame.line, frame.function) == (
+        str(script.resolve()),
+        line_of(script, "np.einsum"),
+        "velocity",
+    )
     assert frame.source == 'return np.einsum("nd,md->nm", x, y)'
     assert not report.passed
 
@@ -107,8 +111,15 @@ def test_stuck_in_phase_3_at_the_loop_and_the_override_that_missed_a_copy(projec
     assert time.monotonic() - started < 3 + 5 + 2  # the budget, the bounded wait for the dump, slack
     assert (result.verdict, result.exit_code, result.seconds) == ("stuck", None, 3.0)
     where = result.where
-    assert (where.frame.function, where.frame.line, where.frame.source) == ("train_phase", line_of(script, "time.sleep"), "time.sleep(0.01)")
-    assert (where.loop_line, where.loop_source) == (line_of(script, "for it in"), 'for it in range(cfg[name]["num_iterations"]):')
+    assert (where.frame.function, where.frame.line, where.frame.source) == (
+        "train_phase",
+        line_of(script, "time.sleep"),
+        "time.sleep(0.01)",
+    )
+    assert (where.loop_line, where.loop_source) == (
+        line_of(script, "for it in"),
+        'for it in range(cfg[name]["num_iterations"]):',
+    )
     missed = [c for c in result.configs if c.kind == "missed_override"]
     assert [(c.file, c.key, c.line) for c in missed] == [("config.yaml", "time_predictor.num_iterations", 6)]
     assert set(missed[0].related) == {"nsgf_training.num_iterations", "nsf_training.num_iterations"}
@@ -119,10 +130,16 @@ def test_stuck_in_phase_3_at_the_loop_and_the_override_that_missed_a_copy(projec
 def test_stuck_in_native_code_is_located_from_the_faulthandler_dump(project):
     # sum() over a huge range runs in C without checking for signals: the Python-level handler
     # never gets to run, faulthandler's C-level dump still says where.
-    script = project.write("crunch.py", "import sys\n\n\ndef total():\n    return sum(range(10**13))\n\n\ntotal()\n")
+    script = project.write(
+        "crunch.py", "import sys\n\n\ndef total():\n    return sum(range(10**13))\n\n\ntotal()\n"
+    )
     (result,) = project.run(commands=("python crunch.py",), budget="1.5s").experiments
     assert result.verdict == "stuck"
-    assert (result.where.frame.path, result.where.frame.line, result.where.frame.function) == (str(script.resolve()), 5, "total")
+    assert (result.where.frame.path, result.where.frame.line, result.where.frame.function) == (
+        str(script.resolve()),
+        5,
+        "total",
+    )
     assert result.config_note == "no config snapshot: the process did not answer SIGUSR2 in time"
 
 
@@ -146,7 +163,10 @@ def test_a_wrapper_script_is_looked_into_and_the_whole_group_killed(project):
     # SIGUSR2 went to the instrumented Python process, not to sh (which it would have killed);
     # the grandchild Python did not install the instrumentation (else the dump would be its).
     assert result.verdict == "stuck"
-    assert (result.where.frame.path, result.where.frame.line) == (str(script.resolve()), line_of(script, "time.sleep(0.05)"))
+    assert (result.where.frame.path, result.where.frame.line) == (
+        str(script.resolve()),
+        line_of(script, "time.sleep(0.05)"),
+    )
     pid = int((project.root / "child.pid").read_text())
     try:
         wait_for(lambda: not alive(pid), timeout=10)
@@ -155,7 +175,10 @@ def test_a_wrapper_script_is_looked_into_and_the_whole_group_killed(project):
 
 
 def test_a_library_in_the_projects_venv_is_not_the_users_line(project):
-    project.write(".venv/lib/python3.11/site-packages/fakelib.py", "def solve(x):\n    raise RuntimeError(f'bad shape {x}')\n")
+    project.write(
+        ".venv/lib/python3.11/site-packages/fakelib.py",
+        "def solve(x):\n    raise RuntimeError(f'bad shape {x}')\n",
+    )
     script = project.write(
         "train.py",
         """
@@ -169,7 +192,10 @@ def test_a_library_in_the_projects_venv_is_not_the_users_line(project):
     )
     (result,) = project.run(commands=("python train.py",)).experiments
     assert result.error == "RuntimeError: bad shape (3, 2)"
-    assert (result.where.frame.path, result.where.frame.line) == (str(script.resolve()), line_of(script, "fakelib.solve"))
+    assert (result.where.frame.path, result.where.frame.line) == (
+        str(script.resolve()),
+        line_of(script, "fakelib.solve"),
+    )
 
 
 def test_a_replaced_excepthook_falls_back_to_the_printed_traceback(project):
@@ -191,7 +217,9 @@ def test_a_replaced_excepthook_falls_back_to_the_printed_traceback(project):
     (result,) = project.run(commands=("python train.py",)).experiments
     assert result.error == "KeyError: 'b'"
     assert (result.where.frame.line, result.where.frame.function, result.where.frame.source) == (
-        line_of(script, '{"a": 1}[name]'), "load", 'return {"a": 1}[name]'
+        line_of(script, '{"a": 1}[name]'),
+        "load",
+        'return {"a": 1}[name]',
     )
 
 
@@ -199,7 +227,11 @@ def test_a_replaced_excepthook_falls_back_to_the_printed_traceback(project):
     "command, script, error",
     [
         ("nosuchcommand-tm --x", None, "cannot start 'nosuchcommand-tm': No such file or directory"),
-        ("python exit.py", "import sys\nprint('loading')\nsys.exit('no data folder: set DATA=...')\n", "no data folder: set DATA=..."),
+        (
+            "python exit.py",
+            "import sys\nprint('loading')\nsys.exit('no data folder: set DATA=...')\n",
+            "no data folder: set DATA=...",
+        ),
         ("python crash.py", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "killed by SIGSEGV"),
         ("python quiet.py", "import sys\nsys.exit(3)\n", "exit code 3"),
     ],
@@ -255,7 +287,9 @@ def test_a_finished_run_reports_keys_it_never_read(project):
     )
     (result,) = project.run(commands=("python train.py",)).experiments
     assert result.verdict == "passed"  # a finding to read, not a failure
-    assert [(c.kind, c.file, c.key) for c in result.configs] == [("never_read", "config.json", "model.dropout")]
+    assert [(c.kind, c.file, c.key) for c in result.configs] == [
+        ("never_read", "config.json", "model.dropout")
+    ]
 
 
 def test_keys_read_only_in_forked_dataloader_workers_are_not_reported_never_read(project):

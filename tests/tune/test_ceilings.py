@@ -89,8 +89,12 @@ def test_another_thread_count_is_another_entry(measured, cache_dir):
 
 def test_known_gpus_get_catalog_ceilings():
     h100 = catalog_ceilings("NVIDIA H100 80GB HBM3")  # as torch.cuda.get_device_name() says it
-    assert h100 == Ceilings("NVIDIA H100 80GB HBM3 (SXM)", {"fp32": 67e12, "tf32": 494.5e12, "fp16": 989.5e12,
-                                                            "bf16": 989.5e12}, 3350e9, "catalog")
+    assert h100 == Ceilings(
+        "NVIDIA H100 80GB HBM3 (SXM)",
+        {"fp32": 67e12, "tf32": 494.5e12, "fp16": 989.5e12, "bf16": 989.5e12},
+        3350e9,
+        "catalog",
+    )
     t4 = catalog_ceilings("Tesla T4")
     assert set(t4.peak_flops) == {"fp32", "fp16"}  # no tf32, no bf16 fast path on Turing
 
@@ -100,7 +104,9 @@ def test_unknown_or_ambiguous_cards_have_no_catalog_ceilings(name):
     assert catalog_ceilings(name) is None  # device_ceilings then measures the card itself
 
 
-@pytest.mark.parametrize(("device", "says"), [("mps", "tune measures on cpu or cuda"), ("gpu please", "is not a device")])
+@pytest.mark.parametrize(
+    ("device", "says"), [("mps", "tune measures on cpu or cuda"), ("gpu please", "is not a device")]
+)
 def test_devices_without_ceilings_are_tune_errors(device, says):
     with pytest.raises(TuneError, match=says):
         device_ceilings(device)
@@ -131,7 +137,12 @@ def test_low_intensity_is_bandwidth_bound():
 
 def test_high_intensity_is_compute_bound():
     line = roofline(_cost(1e11, 1e9), ROOFS, "fp32", step_seconds=0.2)
-    assert (line.intensity, line.bound, line.attainable_flops, line.share_of_ceiling) == (100.0, "compute", 1e12, 0.5)
+    assert (line.intensity, line.bound, line.attainable_flops, line.share_of_ceiling) == (
+        100.0,
+        "compute",
+        1e12,
+        0.5,
+    )
 
 
 def test_the_precision_picks_the_roof():

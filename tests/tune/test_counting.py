@@ -23,7 +23,11 @@ D = 128
 
 def mlp(batch_size: int, layers: int = 3) -> dict:
     model = nn.Sequential(*[nn.Linear(D, D) for _ in range(layers)])
-    return {"model": model, "inputs": torch.randn(batch_size, D), "optimizer": lambda p: torch.optim.AdamW(p, lr=1e-3)}
+    return {
+        "model": model,
+        "inputs": torch.randn(batch_size, D),
+        "optimizer": lambda p: torch.optim.AdamW(p, lr=1e-3),
+    }
 
 
 def one_matmul(batch_size: int, d: int = 32) -> dict:
@@ -31,9 +35,14 @@ def one_matmul(batch_size: int, d: int = 32) -> dict:
 
 
 def thin_conv3d(batch_size: int) -> dict:
-    model = nn.Sequential(nn.Conv3d(4, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU(), nn.Conv3d(8, 8, 3, padding=1), nn.ReLU())
-    return {"model": model, "inputs": torch.randn(batch_size, 4, 12, 12, 12),
-            "optimizer": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)}
+    model = nn.Sequential(
+        nn.Conv3d(4, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU(), nn.Conv3d(8, 8, 3, padding=1), nn.ReLU()
+    )
+    return {
+        "model": model,
+        "inputs": torch.randn(batch_size, 4, 12, 12, 12),
+        "optimizer": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    }
 
 
 class Attention(nn.Module):
@@ -71,8 +80,16 @@ def test_one_matmul_layer_moves_what_each_unfused_kernel_reads_and_writes():
     div = f32 * (b * d + b * d)  # d(mean)/dy spread over y
     weight_grad_mm = f32 * (b * d + b * d + d * d)  # reads dy and x, writes dW
     assert cost.bytes == forward_mm + mean + ones_like + div + weight_grad_mm
-    assert cost.bytes_by_kind == {MATMUL_CONV: forward_mm + weight_grad_mm, ELEMENTWISE_OTHER: mean + ones_like + div}
-    assert cost.bytes_by_op == {"mm": forward_mm + weight_grad_mm, "div": div, "mean": mean, "ones_like": ones_like}
+    assert cost.bytes_by_kind == {
+        MATMUL_CONV: forward_mm + weight_grad_mm,
+        ELEMENTWISE_OTHER: mean + ones_like + div,
+    }
+    assert cost.bytes_by_op == {
+        "mm": forward_mm + weight_grad_mm,
+        "div": div,
+        "mean": mean,
+        "ones_like": ones_like,
+    }
     assert cost.top_ops(1) == [("mm", (forward_mm + weight_grad_mm) / cost.bytes)]
 
 

@@ -54,7 +54,10 @@ def test_memory_format_follows_the_convolutions():
 
 
 def test_a_build_whose_inputs_do_not_grow_with_the_batch_is_refused():
-    with pytest.raises(TuneError, match=r"no_batch_axis\(1\) and no_batch_axis\(2\) return inputs of shapes \[\(4, 8\)\] and \[\(4, 8\)\]"):
+    with pytest.raises(
+        TuneError,
+        match=r"no_batch_axis\(1\) and no_batch_axis\(2\) return inputs of shapes \[\(4, 8\)\] and \[\(4, 8\)\]",
+    ):
         inspect_build(tune_builds.no_batch_axis)
 
 

@@ -27,8 +27,15 @@ def test_a_workload_where_a_smaller_batch_wins_is_found_as_such():
 
 def test_configurations_the_plan_says_do_not_fit_are_skipped_never_run():
     started: list[Config] = []
-    result = tune(tune_builds.pairwise_big, batch_sizes=[1, 2, 512], precisions=["fp32"], capacity="1GiB", headroom=0.0,
-                  callbacks=Callbacks(started=started.append), **FAST)
+    result = tune(
+        tune_builds.pairwise_big,
+        batch_sizes=[1, 2, 512],
+        precisions=["fp32"],
+        capacity="1GiB",
+        headroom=0.0,
+        callbacks=Callbacks(started=started.append),
+        **FAST,
+    )
     skipped = result.row(Config(512, "fp32"))
     assert skipped.status == "skipped" and skipped.measurement is None
     assert skipped.reason.startswith("the plan says batch 512 needs ")
@@ -40,7 +47,9 @@ def test_configurations_the_plan_says_do_not_fit_are_skipped_never_run():
 def test_every_measured_row_has_a_roofline_and_an_mlp_gains_intensity_with_the_batch():
     result = tune(tune_builds.mlp, batch_sizes=[1, 64], precisions=["fp32"], **FAST)
     small, large = (result.row(Config(b, "fp32")).roofline for b in (1, 64))
-    assert small.flops_per_step > 0 and large.flops_per_step == pytest.approx(64 * small.flops_per_step, rel=0.01)
+    assert small.flops_per_step > 0 and large.flops_per_step == pytest.approx(
+        64 * small.flops_per_step, rel=0.01
+    )
     assert large.intensity > 4 * small.intensity
     assert result.ceilings is not None and result.ceilings.source == "measured"
 
@@ -53,10 +62,14 @@ def test_memory_format_is_tried_on_the_fastest_configurations_of_a_conv_net():
 
 
 def test_compile_is_measured_with_its_compile_time_apart():
-    result = tune(tune_builds.mlp, batch_sizes=[32], precisions=["fp32"], device="cpu", trials=3, min_trial_s=0.05)
+    result = tune(
+        tune_builds.mlp, batch_sizes=[32], precisions=["fp32"], device="cpu", trials=3, min_trial_s=0.05
+    )
     eager, compiled = result.row(Config(32, "fp32")), result.row(Config(32, "fp32", compile=True))
     assert compiled.status == "measured", compiled.reason
-    assert compiled.measurement.first_step_s > 5 * eager.measurement.first_step_s  # compilation is in the first step only
+    assert (
+        compiled.measurement.first_step_s > 5 * eager.measurement.first_step_s
+    )  # compilation is in the first step only
     assert any("torch.compile" in line for line in result.why) or result.best == Config(32, "fp32")
 
 
@@ -65,7 +78,13 @@ def test_ctrl_c_keeps_what_was_measured():
         if len(result.measured) == 2:
             raise KeyboardInterrupt
 
-    result = tune(tune_builds.mlp, batch_sizes=[1, 2, 4, 8], precisions=["fp32"], callbacks=Callbacks(finished=interrupt), **FAST)
+    result = tune(
+        tune_builds.mlp,
+        batch_sizes=[1, 2, 4, 8],
+        precisions=["fp32"],
+        callbacks=Callbacks(finished=interrupt),
+        **FAST,
+    )
     assert len(result.measured) == 2
     assert result.stopped_early == "stopped by Ctrl+C after 2 measured configurations"
     assert result.best in {Config(1, "fp32"), Config(2, "fp32")}
@@ -81,7 +100,9 @@ def test_a_spent_budget_stops_before_the_next_configuration():
 def test_the_gain_is_against_the_current_batch_when_given():
     result = tune(tune_builds.mlp, batch_sizes=[2, 8], precisions=["fp32"], current_batch=4, **FAST)
     assert result.baseline == Config(4, "fp32") and result.baseline_source.startswith("your current")
-    assert result.gain == pytest.approx(result.row(result.best).samples_per_s / result.row(Config(4, "fp32")).samples_per_s)
+    assert result.gain == pytest.approx(
+        result.row(result.best).samples_per_s / result.row(Config(4, "fp32")).samples_per_s
+    )
 
 
 def test_one_failing_configuration_is_a_row_and_the_search_goes_on():
@@ -89,8 +110,11 @@ def test_one_failing_configuration_is_a_row_and_the_search_goes_on():
     failed = result.row(Config(2, "fp32"))
     assert failed.status == "failed"
     assert failed.reason.startswith("RuntimeError: batch 2 is not supported by this layer at ")
-    raising = next(i for i, line in enumerate(Path(tune_builds.__file__).read_text().splitlines(), 1)
-                   if "is not supported by this layer" in line)
+    raising = next(
+        i
+        for i, line in enumerate(Path(tune_builds.__file__).read_text().splitlines(), 1)
+        if "is not supported by this layer" in line
+    )
     assert failed.reason.endswith(f"tune_builds.py:{raising}")  # the user's line that raised
     assert result.row(Config(4, "fp32")).status == "failed"
     assert result.best == Config(1, "fp32")
@@ -130,5 +154,7 @@ def test_the_budget_counts_from_the_start_it_is_given():
     import time
 
     started_at = time.monotonic() - 10.0  # ten seconds already spent (importing, loading the build)
-    result = tune(tune_builds.mlp, batch_sizes=[1, 2], precisions=["fp32"], budget_s=5.0, started_at=started_at, **FAST)
+    result = tune(
+        tune_builds.mlp, batch_sizes=[1, 2], precisions=["fp32"], budget_s=5.0, started_at=started_at, **FAST
+    )
     assert result.measured == [] and result.stopped_early.startswith("the budget of 5.00 s ran out")

@@ -30,7 +30,11 @@ def test_a_clear_winner_is_picked_and_has_no_ties():
 
 def test_among_tied_configurations_the_smallest_change_from_the_baseline_is_recommended():
     baseline = Config(8)
-    rows = [row(Config(2, "bf16", compile=True), 101, 102, 103), row(Config(2, "bf16"), 100, 101, 102), row(Config(8), 60, 60, 60)]
+    rows = [
+        row(Config(2, "bf16", compile=True), 101, 102, 103),
+        row(Config(2, "bf16"), 100, 101, 102),
+        row(Config(8), 60, 60, 60),
+    ]
     best, ties = pick_best(rows, baseline)
     assert best == Config(2, "bf16")  # two changes, not three: compile bought nothing measurable
     assert ties == [Config(2, "bf16", compile=True)]

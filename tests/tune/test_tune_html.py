@@ -62,7 +62,9 @@ def hostile_result() -> TuneResult:
     r.rows[3].reason = "<script>alert(2)</script>"
     r.notes, r.warnings = ["<u>note</u>"], ["<s>warn</s>"]
     m = Measurement((4.0, 4.1, 4.2), 10, 1.0)
-    r.rows.append(Row(Config(2, "bf16", overrides=(("model", "<svg onload=alert(3)>"), ("bs", "2"))), "measured", m))
+    r.rows.append(
+        Row(Config(2, "bf16", overrides=(("model", "<svg onload=alert(3)>"), ("bs", "2"))), "measured", m)
+    )
     return r
 
 
@@ -84,20 +86,34 @@ def test_page_is_well_formed_and_self_contained(make):
 
 def test_every_user_string_is_escaped():
     page = render_tune_html(hostile_result())
-    for raw in (HOSTILE, "<script>alert(2)", "<b>fake</b>", "<i>bf16</i>", "<img src=x", '["<x>"]', "<u>", "<s>",
-                "<svg onload"):
+    for raw in (
+        HOSTILE,
+        "<script>alert(2)",
+        "<b>fake</b>",
+        "<i>bf16</i>",
+        "<img src=x",
+        '["<x>"]',
+        "<u>",
+        "<s>",
+        "<svg onload",
+    ):
         assert raw not in page, raw
     assert "<title>trainmedic tune: &lt;script&gt;alert(1)&lt;/script&gt;</title>" in page
     assert '<code class="cmd">&lt;script&gt;alert(1)&lt;/script&gt;</code>' in page
     assert "batch 2 &amp; &lt;i&gt;bf16&lt;/i&gt; wins" in page
     assert "x = f[&quot;&lt;x&gt;&quot;] &amp; y" in page
-    assert 'data-series="model=&lt;svg onload=alert(3)&gt;"' in page  # bs=2 is the batch, dropped from the series
+    assert (
+        'data-series="model=&lt;svg onload=alert(3)&gt;"' in page
+    )  # bs=2 is the batch, dropped from the series
 
 
-@pytest.mark.parametrize("make, series", [
-    (unet3d_result, ["fp32", "bf16", "bf16 · compile · channels_last_3d"]),
-    (mlp_result, ["fp32", "bf16"]),  # the not-run series draw nothing
-])
+@pytest.mark.parametrize(
+    "make, series",
+    [
+        (unet3d_result, ["fp32", "bf16", "bf16 · compile · channels_last_3d"]),
+        (mlp_result, ["fp32", "bf16"]),  # the not-run series draw nothing
+    ],
+)
 def test_one_polyline_per_series_and_one_point_per_measured_row(make, series):
     result = make()
     chart = _svg(render_tune_html(result), "throughput-chart")
@@ -120,19 +136,29 @@ def test_best_tie_and_what_was_not_measured_are_marked():
     assert len(_by_class(chart, "circle", "best")) == 1 and len(_by_class(chart, "circle", "tie")) == 1
     assert len(_by_class(chart, "circle", "skip")) == 1 and len(_by_class(chart, "path", "fail")) == 1
     assert _by_class(chart, "g", "nofit"), "batch 8 was measured nowhere: its zone is shaded"
-    assert "skipped (the plan says it does not fit)" in page and "<li><span class=\"sym\">×</span>failed</li>" in page
+    assert (
+        "skipped (the plan says it does not fit)" in page
+        and '<li><span class="sym">×</span>failed</li>' in page
+    )
     assert re.search(r'<tr class="best"><td>.*?batch 2 · bf16</td>', page)
     assert re.search(r'<tr class="tie"><td>.*?batch 2 · bf16 · compile · channels_last_3d</td>', page)
-    assert '<span class="status status-skipped">skipped</span>the plan needs 91.3 GiB of 75.3 GiB usable' in page
+    assert (
+        '<span class="status status-skipped">skipped</span>the plan needs 91.3 GiB of 75.3 GiB usable' in page
+    )
     assert "2.19x faster" in page and "2.19x faster than batch 4 · fp32 (largest batch that fits)" in page
     mlp = render_tune_html(mlp_result())
     assert not _by_class(_svg(mlp, "throughput-chart"), "g", "nofit")  # not run is not "does not fit"
-    assert "stopped early: the budget of 2m ran out after 4 measured configurations (4 of 6 measured, 2 not run)" in mlp
+    assert (
+        "stopped early: the budget of 2m ran out after 4 measured configurations (4 of 6 measured, 2 not run)"
+        in mlp
+    )
     assert 'class="badge warn">12.0x faster · stopped early<' in mlp
 
 
-@pytest.mark.parametrize("make, precisions, bound", [(unet3d_result, ["fp32", "bf16"], "bandwidth"),
-                                                     (mlp_result, ["fp32", "bf16"], "compute")])
+@pytest.mark.parametrize(
+    "make, precisions, bound",
+    [(unet3d_result, ["fp32", "bf16"], "bandwidth"), (mlp_result, ["fp32", "bf16"], "compute")],
+)
 def test_roofline_has_a_roof_per_precision_and_a_point_per_measured_row(make, precisions, bound):
     result = make()
     chart = _svg(render_tune_html(result), "roofline-chart")
@@ -188,15 +214,25 @@ def test_charts_render_in_chromium(driver, tmp_path):
 
 def test_a_script_result_plots_by_its_batch_override_and_skips_missing_rooflines():
     base, big = (Config(b, overrides=(("lr", "0.1"), ("batch-size", str(b)))) for b in (64, 128))
-    r = TuneResult("train.py --epochs 1", "cpu", None, best=big, baseline=base, baseline_source="yours", rows=[
-        Row(base, "measured", Measurement((3.0, 3.1, 3.2), 10, 1.5)),
-        Row(big, "measured", Measurement((5.0,), 10, 0.2), Roofline(1e9, 1e8, 850e9, 51.2e9, 4e8)),
-    ])
+    r = TuneResult(
+        "train.py --epochs 1",
+        "cpu",
+        None,
+        best=big,
+        baseline=base,
+        baseline_source="yours",
+        rows=[
+            Row(base, "measured", Measurement((3.0, 3.1, 3.2), 10, 1.5)),
+            Row(big, "measured", Measurement((5.0,), 10, 0.2), Roofline(1e9, 1e8, 850e9, 51.2e9, 4e8)),
+        ],
+    )
     page = render_tune_html(r)
     chart = _svg(page, "throughput-chart")
     assert [g.get("data-series") for g in _by_class(chart, "g", "series")] == ["lr=0.1"]
     assert len(_by_class(chart, "circle", "pt")) == 2
     roofline = _svg(page, "roofline-chart")
     assert len(_by_class(roofline, "circle", "rl-pt")) == 1  # the row without a roofline is not placed
-    assert [g.get("data-precision") for g in _by_class(roofline, "g", "roof") if g.get("data-precision")] == ["fp32"]
+    assert [g.get("data-precision") for g in _by_class(roofline, "g", "roof") if g.get("data-precision")] == [
+        "fp32"
+    ]
     assert "1.61x faster than lr=0.1 batch-size=64 (yours)" in page

@@ -9,13 +9,18 @@ from torch import nn
 def mlp(batch_size: int) -> dict:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
-    return dict(model=model, inputs=torch.randn(batch_size, 32),
-                optimizer=lambda params: torch.optim.SGD(params, lr=0.01))
+    return dict(
+        model=model,
+        inputs=torch.randn(batch_size, 32),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
+    )
 
 
 def conv2d(batch_size: int) -> dict:
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 1, 1))
-    return dict(model=model, inputs=torch.randn(batch_size, 3, 16, 16), optimizer=lambda p: torch.optim.Adam(p))
+    return dict(
+        model=model, inputs=torch.randn(batch_size, 3, 16, 16), optimizer=lambda p: torch.optim.Adam(p)
+    )
 
 
 class _Deep3d(nn.Conv3d):
@@ -24,7 +29,9 @@ class _Deep3d(nn.Conv3d):
 
 def conv3d(batch_size: int) -> dict:
     model = nn.Sequential(_Deep3d(2, 4, 3, padding=1), nn.ReLU(), nn.Conv3d(4, 1, 1))
-    return dict(model=model, inputs=torch.randn(batch_size, 2, 8, 8, 8), optimizer=lambda p: torch.optim.Adam(p))
+    return dict(
+        model=model, inputs=torch.randn(batch_size, 2, 8, 8, 8), optimizer=lambda p: torch.optim.Adam(p)
+    )
 
 
 def pairwise(batch_size: int) -> dict:
@@ -89,8 +96,12 @@ def gpu_written(batch_size: int) -> dict:
     def loss_fn(out: torch.Tensor) -> torch.Tensor:
         return nn.functional.mse_loss(out, torch.zeros(out.shape[0], 1, device="cuda"))
 
-    return dict(model=model, inputs=torch.randn(batch_size, 32).to("cuda"), loss_fn=loss_fn,
-                optimizer=lambda params: torch.optim.SGD(params, lr=0.01))
+    return dict(
+        model=model,
+        inputs=torch.randn(batch_size, 32).to("cuda"),
+        loss_fn=loss_fn,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
+    )
 
 
 class _Deep(nn.Module):
@@ -109,4 +120,6 @@ class _Deep(nn.Module):
 
 def slow_step(batch_size: int) -> dict:
     torch.manual_seed(0)
-    return dict(model=_Deep(), inputs=torch.randn(batch_size, 512), optimizer=lambda p: torch.optim.SGD(p, lr=1e-4))
+    return dict(
+        model=_Deep(), inputs=torch.randn(batch_size, 512), optimizer=lambda p: torch.optim.SGD(p, lr=1e-4)
+    )

@@ -160,15 +160,33 @@ def generate(
         bar.advance(columns.length - sum(_rows_in(store, i) for i in todo))
         for index in todo:
             start, stop = store.bounds(index)
-            shard = _run_shard(vf, columns, start, stop, store.batch_size, seed, target, index, keep_params, bar, host, stages)
+            shard = _run_shard(
+                vf,
+                columns,
+                start,
+                stop,
+                store.batch_size,
+                seed,
+                target,
+                index,
+                keep_params,
+                bar,
+                host,
+                stages,
+            )
             writer.put(shard)  # written in the background while the next shard is made
             if callable(describe):
                 describe(stages.short())
             if catcher is not None and catcher.received is not None and index != todo[-1]:
                 catcher.saving = True  # the watchdog waits: the last shards are being written
                 writer.close()
-                _stop(catcher, store, stop, f"stopped after shard {index} ({stop} of {columns.length} samples in "
-                      f"{store.out}); run the same generate() call again to resume at the next shard.")
+                _stop(
+                    catcher,
+                    store,
+                    stop,
+                    f"stopped after shard {index} ({stop} of {columns.length} samples in "
+                    f"{store.out}); run the same generate() call again to resume at the next shard.",
+                )
         writer.close()
         store.finish()
         if catcher is not None and catcher.received is not None:
@@ -195,7 +213,9 @@ def generate(
     if bottleneck(seconds) == "write" and writer.written > 1:
         notes.append(line)
     if store.resumed:
-        notes.append(f"resumed: {store.shard_count - len(todo)} of {store.shard_count} shards were already in {store.out}")
+        notes.append(
+            f"resumed: {store.shard_count - len(todo)} of {store.shard_count} shards were already in {store.out}"
+        )
     return Generated(
         out=store.out,
         samples=columns.length,
@@ -219,8 +239,18 @@ def generate(
 
 
 def _run_shard(
-    vf: Vectorized, columns: Params, start: int, stop: int, batch_size: int, seed: int, device: torch.device,
-    index: int, keep_params: bool, bar: Any, host: CpuShards | CudaShards, stages: Stages,
+    vf: Vectorized,
+    columns: Params,
+    start: int,
+    stop: int,
+    batch_size: int,
+    seed: int,
+    device: torch.device,
+    index: int,
+    keep_params: bool,
+    bar: Any,
+    host: CpuShards | CudaShards,
+    stages: Stages,
 ) -> HostShard:
     shard = host.begin(index, stop - start)
     devices = [device] if device.type == "cuda" else []
@@ -232,7 +262,9 @@ def _run_shard(
             last = min(first + batch_size, stop)
             began = time.perf_counter()
             shard.call_started()
-            inputs = {name: _to_device(value, device, vf) for name, value in columns.rows(first, last).items()}
+            inputs = {
+                name: _to_device(value, device, vf) for name, value in columns.rows(first, last).items()
+            }
             named = _named_leaves(vf(**inputs, seed=seed, start=first), vf.name)
             made = time.perf_counter()
             shard.add(first - start, named)
@@ -267,10 +299,14 @@ def _named_leaves(output: Any, name: str) -> dict[str, Any]:
     for key, value in named.items():
         key = str(key)
         if not _FIELD_NAME.match(key):
-            raise BatchError(f"{name} returns an output named {key!r}; output names must be like identifiers (letters, digits, _).")
+            raise BatchError(
+                f"{name} returns an output named {key!r}; output names must be like identifiers (letters, digits, _)."
+            )
         leaves, _ = tree_flatten(value)
         if len(leaves) != 1 or isinstance(value, (dict, list, tuple)):
-            raise BatchError(f"{name}'s output {key!r} is nested; return a tensor, a tuple or a flat dict of tensors.")
+            raise BatchError(
+                f"{name}'s output {key!r} is nested; return a tensor, a tuple or a flat dict of tensors."
+            )
         leaves_by_name[key] = leaves[0]
     return leaves_by_name
 
@@ -301,13 +337,17 @@ def _size(vf: Vectorized, columns: Params, batch_size: int | str, device: torch.
     output_bytes = sum(a.nbytes for a in arrays.values()) // min(_PROBE_SAMPLES, columns.length)
     if batch_size != "auto":
         size = min(batch_size, columns.length)
-        return Sizing(size, shard_size_for(size, output_bytes, columns.length), f"{size} samples per call, as asked")
+        return Sizing(
+            size, shard_size_for(size, output_bytes, columns.length), f"{size} samples per call, as asked"
+        )
     looped = vf.mode != VMAP
     peaks = None if looped else _measured_peaks(vf, columns, device, seed)
     return choose_batch_size(peaks, output_bytes, columns.length, device, free_bytes(device), looped=looped)
 
 
-def _measured_peaks(vf: Vectorized, columns: Params, device: torch.device, seed: int) -> dict[int, int] | None:
+def _measured_peaks(
+    vf: Vectorized, columns: Params, device: torch.device, seed: int
+) -> dict[int, int] | None:
     """Peak bytes of real calls of MEASURE_SIZES samples (the first rows, repeated when there are
     fewer), outside any shard's seeded generator; None if the function fails on them."""
     twin = vf.without_fallback()
@@ -362,10 +402,15 @@ def _check_arguments(vf: Vectorized, columns: Params) -> None:
     missing = [
         n
         for n, p in signature.parameters.items()
-        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in columns.columns and n != "rng"
+        if p.default is p.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and n not in columns.columns
+        and n != "rng"
     ]
     if missing:
-        raise BatchError(f"{vf.name} needs {missing}, which params does not give; add them, or bind them with functools.partial.")
+        raise BatchError(
+            f"{vf.name} needs {missing}, which params does not give; add them, or bind them with functools.partial."
+        )
 
 
 def _job(vf: Vectorized, columns: Params, seed: int, keep_params: bool, device: torch.device) -> dict:
@@ -390,9 +435,13 @@ def _device(device: Any) -> torch.device:
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
-        raise BatchError(f"device={device!r} is not a device; use 'auto', 'cpu', 'cuda' or 'cuda:N'.") from None
+        raise BatchError(
+            f"device={device!r} is not a device; use 'auto', 'cpu', 'cuda' or 'cuda:N'."
+        ) from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise BatchError(f"device={device!r} but this machine has no CUDA device; use device='auto' or 'cpu'.")
+        raise BatchError(
+            f"device={device!r} but this machine has no CUDA device; use device='auto' or 'cpu'."
+        )
     if resolved.type not in ("cpu", "cuda"):
         raise BatchError(f"device={device!r}: generate() runs on 'cpu' or 'cuda'.")
     return resolved

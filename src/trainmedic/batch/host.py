@@ -67,7 +67,11 @@ class _CpuShard:
         """The shard, and the seconds its copy (the concatenation) took."""
         started = time.perf_counter()
         parts = self.parts
-        arrays = parts[0] if len(parts) == 1 else {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        arrays = (
+            parts[0]
+            if len(parts) == 1
+            else {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        )
         self.parts = []
         return HostShard(self.index, arrays), time.perf_counter() - started
 
@@ -149,7 +153,10 @@ class _CudaShard:
             return seconds
 
         return HostShard(
-            self.index, arrays, wait=copied.synchronize, release=lambda: self.owner.give_back(buffers),
+            self.index,
+            arrays,
+            wait=copied.synchronize,
+            release=lambda: self.owner.give_back(buffers),
             device_seconds=device_seconds,
         ), 0.0
 

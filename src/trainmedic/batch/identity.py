@@ -79,7 +79,9 @@ def _feed(digest: Any, value: Any, depth: int, seen: set[int]) -> None:
         _feed_code(digest, value, depth, seen)
         return
     if isinstance(value, (types.ModuleType, types.BuiltinFunctionType, type)):
-        update(f"{type(value).__name__}:{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', getattr(value, '__name__', ''))};".encode())
+        update(
+            f"{type(value).__name__}:{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', getattr(value, '__name__', ''))};".encode()
+        )
         return
     if callable(value) and not isinstance(value, type):
         # A callable object: its class's __call__ and its attributes.

@@ -33,7 +33,9 @@ class Params:
 
     def describe(self) -> dict[str, dict]:
         """Dtype and per-sample shape of each column, for the manifest."""
-        return {name: {"dtype": _dtype_name(c), "shape": list(c.shape[1:])} for name, c in self.columns.items()}
+        return {
+            name: {"dtype": _dtype_name(c), "shape": list(c.shape[1:])} for name, c in self.columns.items()
+        }
 
     def digest(self) -> str:
         """SHA-256 of every column's name, dtype, shape and bytes: a re-run with other params is
@@ -52,9 +54,16 @@ def as_params(params: Any) -> Params:
         columns = {}
         for name, value in params.items():
             if not isinstance(name, str):
-                raise BatchError(f"params has the key {name!r}, a {type(name).__name__}; parameter names are strings (the function's argument names).")
+                raise BatchError(
+                    f"params has the key {name!r}, a {type(name).__name__}; parameter names are strings (the function's argument names)."
+                )
             columns[name] = _column(name, value)
-    elif isinstance(params, Sequence) and not isinstance(params, (str, bytes)) and params and all(isinstance(p, Mapping) for p in params):
+    elif (
+        isinstance(params, Sequence)
+        and not isinstance(params, (str, bytes))
+        and params
+        and all(isinstance(p, Mapping) for p in params)
+    ):
         columns = _from_records(params)
     else:
         raise BatchError(
@@ -107,7 +116,9 @@ def _from_records(records: Sequence[Mapping]) -> dict[str, Any]:
             )
     for name in names:
         if not isinstance(name, str):
-            raise BatchError(f"params[0] has the key {name!r}, a {type(name).__name__}; parameter names are strings.")
+            raise BatchError(
+                f"params[0] has the key {name!r}, a {type(name).__name__}; parameter names are strings."
+            )
     columns = {}
     for name in names:
         values = [record[name] for record in records]
@@ -115,7 +126,9 @@ def _from_records(records: Sequence[Mapping]) -> dict[str, Any]:
             try:
                 columns[name] = torch.stack([v.detach() for v in values])
             except RuntimeError:
-                raise BatchError(f"params[i][{name!r}] has tensors of different shapes or devices; give each sample the same shape.") from None
+                raise BatchError(
+                    f"params[i][{name!r}] has tensors of different shapes or devices; give each sample the same shape."
+                ) from None
             continue
         values = [to_numpy(v) if isinstance(v, torch.Tensor) else v for v in values]
         columns[name] = _column(name, values)

@@ -79,7 +79,9 @@ def _weyl(start: int, count: int, device: torch.device) -> torch.Tensor:
 
 def sample_keys(seed: int, indices: torch.Tensor) -> torch.Tensor:
     """The int64 key of each sample's stream: a hash of the job's seed and the sample's index."""
-    seed_word = _mix(torch.tensor(_signed(seed * _GOLDEN + _STREAM), dtype=torch.int64, device=indices.device))
+    seed_word = _mix(
+        torch.tensor(_signed(seed * _GOLDEN + _STREAM), dtype=torch.int64, device=indices.device)
+    )
     return _mix(indices.to(torch.int64) * _GOLDEN + seed_word)
 
 
@@ -103,9 +105,13 @@ class Rng:
         try:
             seed, index = operator.index(seed), operator.index(index)
         except TypeError:
-            raise ValueError(f"Rng(seed={seed!r}, index={index!r}): expected an int seed and an int index >= 0.") from None
+            raise ValueError(
+                f"Rng(seed={seed!r}, index={index!r}): expected an int seed and an int index >= 0."
+            ) from None
         if index < 0:
-            raise ValueError(f"Rng(seed={seed!r}, index={index!r}): expected an int seed and an int index >= 0.")
+            raise ValueError(
+                f"Rng(seed={seed!r}, index={index!r}): expected an int seed and an int index >= 0."
+            )
         self._key = sample_keys(seed, torch.tensor(index, device=device))
         self._counter = 0
 
@@ -134,12 +140,16 @@ class Rng:
         bits = 53 if dtype == torch.float64 else 24
         return _shift_right(self._bits(shape), 64 - bits).to(dtype) * (2.0**-bits)
 
-    def uniform(self, shape: Sequence[int] = (), low: float = 0.0, high: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def uniform(
+        self, shape: Sequence[int] = (), low: float = 0.0, high: float = 1.0, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """Uniform in ``[low, high)``."""
         want, work = _real_dtypes(dtype, "uniform")
         return _cast(low + (high - low) * self._unit(shape, work), want, low, high)
 
-    def normal(self, shape: Sequence[int] = (), mean: float = 0.0, std: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def normal(
+        self, shape: Sequence[int] = (), mean: float = 0.0, std: float = 1.0, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """Gaussian draws: Box-Muller with both of its outputs used, so a pair of draws costs one
         64-bit word in float32 (two 24-bit uniforms) and two in float64."""
         shape = _as_shape(shape)
@@ -162,7 +172,9 @@ class Rng:
         u2 = ((words >> 16) & 0xFFFFFF).to(dtype) * 2.0**-24
         return u1, u2
 
-    def complex_normal(self, shape: Sequence[int] = (), std: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def complex_normal(
+        self, shape: Sequence[int] = (), std: float = 1.0, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """Circularly symmetric complex Gaussian, E|z|² = std² (Rayleigh fading, complex AWGN):
         Box-Muller's radius and angle are the draw's modulus and phase, one word per value."""
         shape = _as_shape(shape)
@@ -190,7 +202,9 @@ def _real_dtypes(dtype: torch.dtype | None, method: str) -> tuple[torch.dtype, t
         return dtype, dtype
     if dtype in (torch.float16, torch.bfloat16):
         return dtype, torch.float32
-    raise ValueError(f"{method}(dtype={dtype}): draws are float16, bfloat16, float32 or float64 (complex for complex_normal).")
+    raise ValueError(
+        f"{method}(dtype={dtype}): draws are float16, bfloat16, float32 or float64 (complex for complex_normal)."
+    )
 
 
 def _cast(values: torch.Tensor, dtype: torch.dtype, low: float, high: float) -> torch.Tensor:
@@ -198,7 +212,11 @@ def _cast(values: torch.Tensor, dtype: torch.dtype, low: float, high: float) -> 
         return values
     # Rounding to 16 bits can land on `high`; [low, high) is kept by stepping back one ulp.
     rounded = values.to(dtype)
-    return torch.where(rounded >= high, torch.nextafter(torch.tensor(high, dtype=dtype), torch.tensor(low, dtype=dtype)), rounded)
+    return torch.where(
+        rounded >= high,
+        torch.nextafter(torch.tensor(high, dtype=dtype), torch.tensor(low, dtype=dtype)),
+        rounded,
+    )
 
 
 def _as_shape(shape: Sequence[int] | int) -> tuple[int, ...]:

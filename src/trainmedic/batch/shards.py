@@ -33,10 +33,18 @@ from trainmedic.errors import BatchError, require
 
 __all__ = ["FORMAT", "MANIFEST", "STORAGES", "ShardStore", "read_manifest", "shard_path"]
 
+
 class ShardStore:
     """One job's output folder: which shards are done, and the atomic writing of the next one."""
 
-    def __init__(self, out: str | os.PathLike, job: dict, samples: int, layout: Callable[[], tuple[int, int]], storage: str) -> None:
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        job: dict,
+        samples: int,
+        layout: Callable[[], tuple[int, int]],
+        storage: str,
+    ) -> None:
         """``layout`` gives (samples per shard, samples per call); it is asked only for a new job:
         a resumed one keeps the manifest's."""
         if storage not in STORAGES:
@@ -103,7 +111,9 @@ class ShardStore:
     def write(self, index: int, arrays: dict[str, np.ndarray]) -> None:
         """Write shard ``index`` atomically, then list it in the manifest."""
         start, stop = self.bounds(index)
-        fields = {name: {"dtype": np.dtype(a.dtype).str, "shape": list(a.shape[1:])} for name, a in arrays.items()}
+        fields = {
+            name: {"dtype": np.dtype(a.dtype).str, "shape": list(a.shape[1:])} for name, a in arrays.items()
+        }
         if self.manifest["fields"] is None:
             self.manifest["fields"] = fields
         elif fields != self.manifest["fields"]:
@@ -113,7 +123,9 @@ class ShardStore:
             )
         for name, array in arrays.items():
             if array.shape[0] != stop - start:
-                raise BatchError(f"output {name!r} of shard {index} has {array.shape[0]} rows; expected {stop - start}.")
+                raise BatchError(
+                    f"output {name!r} of shard {index} has {array.shape[0]} rows; expected {stop - start}."
+                )
         final = shard_path(self.out, self.storage, index)
         tmp = temp_sibling(final)
         remove_path(tmp)
@@ -124,7 +136,10 @@ class ShardStore:
             os.replace(tmp, final)
             fsync_dir(self.out)
             entry = {"index": index, "name": final.name, "start": start, "stop": stop, "bytes": _sizes(final)}
-            shards = sorted([e for e in self.manifest["shards"] if e["index"] != index] + [entry], key=lambda e: e["index"])
+            shards = sorted(
+                [e for e in self.manifest["shards"] if e["index"] != index] + [entry],
+                key=lambda e: e["index"],
+            )
             self._write_manifest({**self.manifest, "shards": shards})
         except OSError as exc:
             # A full disk (or quota, or a file-size limit): the listed shards and the manifest are

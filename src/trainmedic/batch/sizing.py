@@ -88,7 +88,11 @@ def choose_batch_size(
         return _sizing(limits, samples, output_bytes_per_sample)
     cost = cost_per_sample(peaks) if peaks else None
     per_sample, fixed = cost if cost is not None else (held * _UNMEASURED_FACTOR, 0)
-    label = f"{format_bytes(per_sample)} a sample" if cost is not None else f"{_UNMEASURED_FACTOR}x its output a sample (unmeasured)"
+    label = (
+        f"{format_bytes(per_sample)} a sample"
+        if cost is not None
+        else f"{_UNMEASURED_FACTOR}x its output a sample (unmeasured)"
+    )
     # The fixed part (constants the call builds whatever its size) comes off the budget once.
     limits[f"{label} in half the free {where}"] = max(0, budget - fixed) // per_sample
     if device.type == "cpu":
@@ -110,7 +114,11 @@ def cost_per_sample(peaks: dict[int, int]) -> tuple[int, int] | None:
 def _sizing(limits: dict[str, int], samples: int, output_bytes: int) -> Sizing:
     binding = min(limits, key=limits.get)
     size = _round(min(samples, limits[binding]), samples)
-    why = f"{size} samples per call: all {samples}" if size == samples else f"{size} samples per call ({binding})"
+    why = (
+        f"{size} samples per call: all {samples}"
+        if size == samples
+        else f"{size} samples per call ({binding})"
+    )
     return Sizing(size, shard_size_for(size, output_bytes, samples), why)
 
 

@@ -47,12 +47,14 @@ class Stages:
     def short(self) -> str:
         """The stages in a few words, for a progress bar's status column."""
         seconds = self.snapshot()
-        text = f"gen {seconds['generate']:.1f} s, copy {seconds['copy']:.1f} s, write {seconds['write']:.1f} s"
+        text = (
+            f"gen {seconds['generate']:.1f} s, copy {seconds['copy']:.1f} s, write {seconds['write']:.1f} s"
+        )
         return text + "; the disk sets the pace" if bottleneck(seconds) == "write" else text
 
 
 def bottleneck(seconds: dict[str, float]) -> str:
-    """"write" when the writer thread was busy longer than the generating one, else "generate"."""
+    """ "write" when the writer thread was busy longer than the generating one, else "generate"."""
     return "write" if seconds["write"] > seconds["generate"] + seconds["copy"] else "generate"
 
 

@@ -39,12 +39,28 @@ LOOP = "loop"
 
 #: vmap's messages, and what each means for the user's code: (text in the error, why, the fix).
 _VMAP_LIMITS = (
-    ("data-dependent control flow", "data-dependent control flow", "use torch.where or a mask instead of if/while on a tensor"),
+    (
+        "data-dependent control flow",
+        "data-dependent control flow",
+        "use torch.where or a mask instead of if/while on a tensor",
+    ),
     (".item()", "a .item() call", "keep the value a tensor (no .item(), float() or int() on it)"),
-    ("dynamic shape", "an output whose shape depends on the values", "use fixed shapes (torch.where with a fill value) instead of a boolean mask"),
-    ("doesn't have storage", "NumPy or another library that reads the tensor's memory", "write it with torch ops"),
+    (
+        "dynamic shape",
+        "an output whose shape depends on the values",
+        "use fixed shapes (torch.where with a fill value) instead of a boolean mask",
+    ),
+    (
+        "doesn't have storage",
+        "NumPy or another library that reads the tensor's memory",
+        "write it with torch ops",
+    ),
     ("has no attribute 'astype'", "NumPy code (NumPy has no vmap)", "write it with torch ops"),
-    ("inplace arithmetic", "an in-place write into a tensor made outside the function", "make the result a new tensor"),
+    (
+        "inplace arithmetic",
+        "an in-place write into a tensor made outside the function",
+        "make the result a new tensor",
+    ),
 )
 _RANDOMNESS = "randomness error mode"
 
@@ -63,7 +79,9 @@ class Vectorized:
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         if not callable(fn):
-            raise BatchError(f"vectorize() needs a function of one sample; got {fn!r}, a {type(fn).__name__}.")
+            raise BatchError(
+                f"vectorize() needs a function of one sample; got {fn!r}, a {type(fn).__name__}."
+            )
         self.fn = fn
         self.name = _name(fn)
         arguments = _argument_names(fn)
@@ -180,9 +198,14 @@ class Vectorized:
             self._numpy = True
             why, fix = "NumPy code (NumPy has no vmap)", "write it with torch ops"
         elif why is None:
-            why, fix = f"it ({type(exc).__name__}: {message.splitlines()[0] if message else ''})", "see that message"
+            why, fix = (
+                f"it ({type(exc).__name__}: {message.splitlines()[0] if message else ''})",
+                "see that message",
+            )
         self.mode = LOOP
-        self.reason = f"{self.name} runs one sample at a time: vmap cannot batch {why}{frame}; to batch it, {fix}"
+        self.reason = (
+            f"{self.name} runs one sample at a time: vmap cannot batch {why}{frame}; to batch it, {fix}"
+        )
         warnings.warn(self.reason, FallbackWarning, stacklevel=3)
 
     def _runs_on_numpy_rows(self, args: tuple, kwargs: dict, seed: int, start: int) -> bool:
@@ -217,7 +240,10 @@ def vectorize(fn: Callable[..., Any]) -> Vectorized:
 def batch_length(args: tuple, kwargs: dict, name: str) -> int:
     """The common number of rows of every argument, or BatchError naming the ones that differ."""
     lengths: dict[str, int] = {}
-    for label, value in [*((f"argument {i}", a) for i, a in enumerate(args)), *((repr(k), v) for k, v in kwargs.items())]:
+    for label, value in [
+        *((f"argument {i}", a) for i, a in enumerate(args)),
+        *((repr(k), v) for k, v in kwargs.items()),
+    ]:
         shape = getattr(value, "shape", None)
         if shape is None:
             try:
@@ -238,7 +264,9 @@ def batch_length(args: tuple, kwargs: dict, name: str) -> int:
         raise BatchError(f"a batched call of {name} needs at least one argument with one row per sample.")
     if len(set(lengths.values())) > 1:
         listed = ", ".join(f"{label}: {n}" for label, n in lengths.items())
-        raise BatchError(f"the arguments of {name} have different numbers of samples ({listed}); give each one row per sample.")
+        raise BatchError(
+            f"the arguments of {name} have different numbers of samples ({listed}); give each one row per sample."
+        )
     size = next(iter(lengths.values()))
     if size == 0:
         raise BatchError(f"a batched call of {name} got 0 samples; give at least one.")
@@ -283,7 +311,9 @@ def _as_tensor(value: Any, label: str) -> torch.Tensor:
     try:
         return torch.as_tensor(np.asarray(value))
     except (TypeError, ValueError, RuntimeError) as exc:
-        raise BatchError(f"{label} cannot become a tensor ({exc}); give numbers, arrays or tensors.") from None
+        raise BatchError(
+            f"{label} cannot become a tensor ({exc}); give numbers, arrays or tensors."
+        ) from None
 
 
 def whole_number(name: str, value: Any) -> int:

@@ -36,7 +36,9 @@ class ShardWriter:
     shards were put. ``written`` counts the shards it finished.
     """
 
-    def __init__(self, write: Callable[[int, dict[str, np.ndarray]], None], stages: Stages, depth: int = 1) -> None:
+    def __init__(
+        self, write: Callable[[int, dict[str, np.ndarray]], None], stages: Stages, depth: int = 1
+    ) -> None:
         self._write = write
         self._stages = stages
         self._queue: queue.Queue = queue.Queue(maxsize=depth)

@@ -60,15 +60,21 @@ class Checkpointer:
         rng: bool = True,
     ) -> None:
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-            raise CheckpointError(f"keep_last={keep_last!r}: keep at least the newest checkpoint, e.g. keep_last=3.")
+            raise CheckpointError(
+                f"keep_last={keep_last!r}: keep at least the newest checkpoint, e.g. keep_last=3."
+            )
         if not isinstance(directory, (str, os.PathLike)) or not str(directory):
             raise CheckpointError(
                 f"directory={directory!r}: give the folder for this run's checkpoints as a path, e.g. Checkpointer('runs/exp1')."
             )
         self.given_directory = Path(directory)
         self._preflight = PreflightLog.from_env()
-        self.directory = self._preflight.redirect(self.given_directory) if self._preflight else self.given_directory
-        every_steps, every_seconds = parse_every(every)  # checked under preflight too: the real run would refuse it
+        self.directory = (
+            self._preflight.redirect(self.given_directory) if self._preflight else self.given_directory
+        )
+        every_steps, every_seconds = parse_every(
+            every
+        )  # checked under preflight too: the real run would refuse it
         if self._preflight:
             every_steps, every_seconds = 1, None  # preflight's resume check needs every call written
         deadline_at = parse_deadline(deadline, time.time(), time.monotonic())
@@ -149,7 +155,9 @@ class Checkpointer:
         self._bad.update(found.corrupt)
         coordinated = self._coordination()
         if coordinated is not None:
-            coordinated.check_same_choice(chosen[1]["step"] if chosen else 0, chosen[0].path if chosen else None)
+            coordinated.check_same_choice(
+                chosen[1]["step"] if chosen else 0, chosen[0].path if chosen else None
+            )
         if chosen is None:
             self._room_for(objects)
             self.resumed = RestoreInfo(0, None, None, (), tuple(skipped), (), tuple(objects))
@@ -171,20 +179,33 @@ class Checkpointer:
             if note:
                 notes.append(note)
         if self.capture_rng and f"{_RNG}.pt" in manifest["files"]:
-            notes += rng.restore(ranks_mod.streams_of(readback.load(entry.path, manifest, _RNG).state, self._ranks, notes))
+            notes += rng.restore(
+                ranks_mod.streams_of(readback.load(entry.path, manifest, _RNG).state, self._ranks, notes)
+            )
         info = CheckpointInfo.from_manifest(entry.path, manifest)
         self._phases = list(info.phases_done)
         self._schedule.resumed(info.step, info.save_seconds)
         missing = tuple(name for name in objects if name not in loaded)
-        unclaimed = sorted(name.removesuffix(".pt") for name in manifest["files"] if not name.startswith("_")
-                           and name.removesuffix(".pt") not in objects)
+        unclaimed = sorted(
+            name.removesuffix(".pt")
+            for name in manifest["files"]
+            if not name.startswith("_") and name.removesuffix(".pt") not in objects
+        )
         if unclaimed:
             notes.append(
                 f"the checkpoint also holds {', '.join(repr(n) for n in unclaimed)}, not passed to restore(): "
                 "they stay as built; pass them too for an exact resume."
             )
         self.resumed = RestoreInfo(
-            info.step, info.phase, entry.path, info.phases_done, tuple(skipped), tuple(loaded), missing, values, tuple(notes)
+            info.step,
+            info.phase,
+            entry.path,
+            info.phases_done,
+            tuple(skipped),
+            tuple(loaded),
+            missing,
+            values,
+            tuple(notes),
         )
         store.check_room(self.directory, info.bytes, "the next checkpoint")
         self._log_restore()
@@ -269,7 +290,8 @@ class Checkpointer:
         if streams is not None:
             streams = ranks.gather_streams(streams)  # each rank's own dropout masks resume too
         info, error, self._late_signal = ranks.write_once(
-            lambda: self._write_here(step, phase, objects, reason, streams, phases, started), self._received_here
+            lambda: self._write_here(step, phase, objects, reason, streams, phases, started),
+            self._received_here,
         )
         if error is not None:
             raise CheckpointError(
@@ -285,14 +307,25 @@ class Checkpointer:
         return info
 
     def _write_here(
-        self, step: int, phase: str | None, objects: dict[str, Any], reason: str, streams: Any, phases: list[str], started: float
+        self,
+        step: int,
+        phase: str | None,
+        objects: dict[str, Any],
+        reason: str,
+        streams: Any,
+        phases: list[str],
+        started: float,
     ) -> SaveInfo:
         captured = {name: state.capture(obj) for name, obj in objects.items()}
         payloads: dict[str, Any] = {name: saved.state for name, saved in captured.items()}
         if streams is not None:
             payloads[_RNG] = streams
         if self.last_save is None:
-            store.check_room(self.directory, sum(state.nbytes(p) for p in payloads.values()), f"the checkpoint of step {step}")
+            store.check_room(
+                self.directory,
+                sum(state.nbytes(p) for p in payloads.values()),
+                f"the checkpoint of step {step}",
+            )
         now = time.time()
         header = {
             "phase": phase,
@@ -321,8 +354,14 @@ class Checkpointer:
         if self._preflight:
             digests = {name: state.digest(p) for name, p in payloads.items()}
             self._preflight.saved(
-                step, phase=phase, path=str(written.path), seconds=written.seconds, bytes=written.bytes, digests=digests,
-                started=started, ended=time.perf_counter(),
+                step,
+                phase=phase,
+                path=str(written.path),
+                seconds=written.seconds,
+                bytes=written.bytes,
+                digests=digests,
+                started=started,
+                ended=time.perf_counter(),
             )
         return self.last_save
 
@@ -332,7 +371,10 @@ class Checkpointer:
         if self._stop_reason == "signal":
             number = self._stop_signal or self._received_here() or int(signal.SIGTERM)
             here = self._stop_here
-            why, code = f"{signal.Signals(number).name} received{'' if here else ' by another rank'}", 128 + number
+            why, code = (
+                f"{signal.Signals(number).name} received{'' if here else ' by another rank'}",
+                128 + number,
+            )
         else:
             deadline_in = self._schedule.seconds_left(time.monotonic()) or 0.0
             why, code = f"the deadline is {format_duration(max(deadline_in, 0.0))} away", DEADLINE_EXIT_CODE
@@ -357,8 +399,12 @@ class Checkpointer:
     def _room_for(self, objects: dict[str, Any]) -> None:
         # Only what holds tensors is asked for its state: a StatefulDataLoader would start its
         # workers for a state of a few bytes.
-        heavy = [obj for obj in objects.values() if state.kind_of(obj) in (state.MODULE, state.STATE_DICT, state.VALUE)
-                 and not state.is_torch_loader(obj)]
+        heavy = [
+            obj
+            for obj in objects.values()
+            if state.kind_of(obj) in (state.MODULE, state.STATE_DICT, state.VALUE)
+            and not state.is_torch_loader(obj)
+        ]
         needed = sum(state.nbytes(state.capture(obj).state) for obj in heavy)
         store.check_room(self.directory, needed, "a checkpoint of these objects")
 
@@ -376,7 +422,10 @@ class Checkpointer:
                 logger.info("trainmedic: not in the checkpoint, left as built: %s", ", ".join(info.missing))
         if self._preflight:
             self._preflight.emit(
-                "restore", step=info.step, path=str(info.path) if info.path else None, skipped=[[str(p), r] for p, r in info.skipped]
+                "restore",
+                step=info.step,
+                path=str(info.path) if info.path else None,
+                skipped=[[str(p), r] for p, r in info.skipped],
             )
 
     @staticmethod
@@ -404,5 +453,7 @@ def _whole_step(step: Any) -> int:
             f"step={step!r} ({type(step).__name__}): give the number of finished steps as an int, e.g. save(step + 1, ...)."
         ) from None
     if value < 0:
-        raise CheckpointError(f"step={value}: steps count from 0; give the number of finished steps, e.g. save(step + 1, ...).")
+        raise CheckpointError(
+            f"step={value}: steps count from 0; give the number of finished steps, e.g. save(step + 1, ...)."
+        )
     return value

@@ -105,20 +105,32 @@ class Ranks:
             if steps is not None and schedule.last_step is not None and step - schedule.last_step >= steps:
                 return "every", None
             return None, None
-        if reason != "deadline" and schedule.deadline_at is not None and not schedule.deadline_hit and (
-            now + SYNC_S + schedule.step_seconds + 1.25 * schedule.save_seconds + DEADLINE_MARGIN_S >= schedule.deadline_at
+        if (
+            reason != "deadline"
+            and schedule.deadline_at is not None
+            and not schedule.deadline_hit
+            and (
+                now + SYNC_S + schedule.step_seconds + 1.25 * schedule.save_seconds + DEADLINE_MARGIN_S
+                >= schedule.deadline_at
+            )
         ):
             reason = "deadline"  # the next agreement may come SYNC_S later: act now
         per_call_us = (now - self._synced_at) / max(1, self._calls - self._synced_calls) * 1e6
         flags = torch.tensor(
-            [int(reason is not None and reason != "deadline"), int(reason == "deadline"), int(signal_number or 0),
-             int(per_call_us)],
+            [
+                int(reason is not None and reason != "deadline"),
+                int(reason == "deadline"),
+                int(signal_number or 0),
+                int(per_call_us),
+            ],
             dtype=torch.int64,
         )
         self.dist.all_reduce(flags, op=self.dist.ReduceOp.MAX, group=self.group)
         due, deadline, number, slowest_us = (int(v) for v in flags.tolist())
         # From values every rank now shares: the next agreement comes at the same call everywhere.
-        spacing = max(1, min(MAX_CALLS, 2 * (self._calls - self._synced_calls), int(SYNC_S * 1e6 / max(1, slowest_us))))
+        spacing = max(
+            1, min(MAX_CALLS, 2 * (self._calls - self._synced_calls), int(SYNC_S * 1e6 / max(1, slowest_us)))
+        )
         self._next_sync = self._calls + spacing
         self._synced_at, self._synced_calls = now, self._calls
         if deadline:
@@ -139,7 +151,9 @@ class Ranks:
         """Every rank's random streams, in rank order, for rank 0's checkpoint."""
         return {PER_RANK: self.gather(streams)}
 
-    def write_once(self, write: Callable[[], Any], received: Callable[[], int | None]) -> tuple[Any, str | None, int | None]:
+    def write_once(
+        self, write: Callable[[], Any], received: Callable[[], int | None]
+    ) -> tuple[Any, str | None, int | None]:
         """Rank 0 runs ``write``; every rank gets (its result, rank 0's error, the signal any rank
         received meanwhile). The other ranks wait for it here: nobody moves on (or exits after a
         stop) before the checkpoint is durable, and a failed write fails every rank."""
@@ -161,7 +175,8 @@ class Ranks:
         if len(set(choices)) == 1:
             return
         shown = "; ".join(
-            f"rank {r}: {'step ' + str(s) + ' from ' + n if n else 'no checkpoint'}" for r, (s, n) in enumerate(choices)
+            f"rank {r}: {'step ' + str(s) + ' from ' + n if n else 'no checkpoint'}"
+            for r, (s, n) in enumerate(choices)
         )
         raise CheckpointError(
             f"the ranks would resume from different checkpoints ({shown}): the checkpoint directory must be the same "
@@ -176,11 +191,15 @@ def streams_of(streams: dict[str, Any], ranks: Ranks | None, notes: list[str]) -
     per_rank, rank = streams[PER_RANK], ranks.rank if ranks is not None else 0
     if rank < len(per_rank):
         return per_rank[rank]
-    notes.append(f"the checkpoint holds the random streams of {len(per_rank)} ranks; rank {rank} takes rank 0's.")
+    notes.append(
+        f"the checkpoint holds the random streams of {len(per_rank)} ranks; rank {rank} takes rank 0's."
+    )
     return per_rank[0]
 
 
-def check_world(path: Any, manifest: dict[str, Any], objects: dict[str, Any], ranks: Ranks | None) -> str | None:
+def check_world(
+    path: Any, manifest: dict[str, Any], objects: dict[str, Any], ranks: Ranks | None
+) -> str | None:
     """CheckpointError when a sharded data position would resume at another world size; else a note."""
     saved, current = manifest.get("world_size", 1), world_size(ranks)
     if saved == current:

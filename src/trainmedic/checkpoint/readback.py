@@ -30,7 +30,9 @@ def newest_verified(directory: Path) -> Found:
     found = Found()
     for path in store.clean_leftovers(directory):
         if store.is_interrupted_save(path):
-            found.skipped.append((path, "an interrupted save (the process stopped while writing it); removed"))
+            found.skipped.append(
+                (path, "an interrupted save (the process stopped while writing it); removed")
+            )
     for entry in store.list_entries(directory):
         if found.chosen is not None:
             found.older.append(entry)
@@ -77,7 +79,9 @@ def load(path: Path, manifest: dict[str, Any], name: str) -> state.Captured:
     kind = manifest.get("objects", {}).get(name, state.VALUE)
     serializer = manifest["files"][f"{name}.pt"].get("serializer", "pickle")
     try:
-        return state.Captured(kind, serialize.load_file(path / f"{name}.pt", serializer, mmap=kind == state.MODULE))
+        return state.Captured(
+            kind, serialize.load_file(path / f"{name}.pt", serializer, mmap=kind == state.MODULE)
+        )
     except Exception as exc:
         saved_type = manifest.get("types", {}).get(name, "an object")
         raise CheckpointMismatchError(

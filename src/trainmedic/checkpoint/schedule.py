@@ -46,7 +46,9 @@ def parse_every(every: int | float | str | None) -> tuple[int | None, float | No
     try:
         seconds = parse_duration(every)
     except ValueError as exc:
-        raise CheckpointError(f"every={every!r}: {exc}; or a whole number of steps, e.g. every=500.") from None
+        raise CheckpointError(
+            f"every={every!r}: {exc}; or a whole number of steps, e.g. every=500."
+        ) from None
     if seconds <= 0:
         raise CheckpointError(f"every={every!r}: the interval must be longer than zero, e.g. every='10m'.")
     return None, seconds
@@ -82,7 +84,9 @@ def parse_deadline(deadline: Any, now_wall: float, now_mono: float) -> float | N
 class Schedule:
     """Decides, per ``save()`` call, whether to write and why (None: skip)."""
 
-    def __init__(self, every_steps: int | None, every_seconds: float | None, deadline_at: float | None) -> None:
+    def __init__(
+        self, every_steps: int | None, every_seconds: float | None, deadline_at: float | None
+    ) -> None:
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self.deadline_at = deadline_at
@@ -102,13 +106,19 @@ class Schedule:
         if interval > self.step_seconds:
             self.step_seconds = interval
         # The deadline first: a forced, phase or first save near it must still end the run.
-        if self.deadline_at is not None and not self.deadline_hit and (
-            now + self.step_seconds + 1.25 * self.save_seconds + DEADLINE_MARGIN_S >= self.deadline_at
+        if (
+            self.deadline_at is not None
+            and not self.deadline_hit
+            and (now + self.step_seconds + 1.25 * self.save_seconds + DEADLINE_MARGIN_S >= self.deadline_at)
         ):
             return "deadline"
         if self.must_write:
             return "first"
-        if self.every_steps is not None and self.last_step is not None and step - self.last_step >= self.every_steps:
+        if (
+            self.every_steps is not None
+            and self.last_step is not None
+            and step - self.last_step >= self.every_steps
+        ):
             return "every"
         if self.every_seconds is not None and now - self.last_write >= self.every_seconds:
             return "every"
@@ -149,7 +159,10 @@ class SignalCatcher:
     _original: dict[int, Any] = {}
 
     def __init__(
-        self, names: str | tuple[str, ...] | list[str], grace: Callable[[], float] = lambda: 30.0, repeat_window: float = REPEAT_WINDOW_S
+        self,
+        names: str | tuple[str, ...] | list[str],
+        grace: Callable[[], float] = lambda: 30.0,
+        repeat_window: float = REPEAT_WINDOW_S,
     ) -> None:
         self.received: int | None = None
         #: A repeat within this many seconds is the same request (a scheduler signalling every
@@ -256,5 +269,3 @@ def _signal_number(name: Any) -> int:
             "give signals that ask politely, e.g. ('SIGTERM', 'SIGUSR1')."
         )
     return number
-
-

@@ -19,7 +19,12 @@ from typing import Any
 from trainmedic.errors import CheckpointError, CheckpointMismatchError
 
 STATE_DICT, MODULE, TORCH_GENERATOR, NUMPY_GENERATOR, NUMPY_RANDOM_STATE, PY_RANDOM = (
-    "state_dict", "module", "torch_generator", "numpy_generator", "numpy_random_state", "python_random",
+    "state_dict",
+    "module",
+    "torch_generator",
+    "numpy_generator",
+    "numpy_random_state",
+    "python_random",
 )
 SAMPLER, DATALOADER, VALUE = "sampler", "dataloader", "value"
 
@@ -47,7 +52,11 @@ def _unwrap(obj: Any) -> Any:
     torch = _torch()
     while True:
         inner = getattr(obj, "_orig_mod", None)
-        if inner is None and torch is not None and isinstance(obj, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+        if (
+            inner is None
+            and torch is not None
+            and isinstance(obj, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel))
+        ):
             inner = obj.module
         if inner is None:
             return obj
@@ -154,7 +163,10 @@ def _check_module(name: str, mine: dict[str, Any], saved: dict[str, Any], where:
     shapes = [
         f"{k} {tuple(saved[k].shape)} saved vs {tuple(mine[k].shape)} here"
         for k in mine
-        if k in saved and hasattr(mine[k], "shape") and hasattr(saved[k], "shape") and tuple(mine[k].shape) != tuple(saved[k].shape)
+        if k in saved
+        and hasattr(mine[k], "shape")
+        and hasattr(saved[k], "shape")
+        and tuple(mine[k].shape) != tuple(saved[k].shape)
     ]
     if not (missing or unexpected or shapes):
         return
@@ -179,7 +191,9 @@ def _is_optimizer(obj: Any) -> bool:
 def _check_optimizer(name: str, mine: dict[str, Any], saved: Any, where: str) -> None:
     groups = saved.get("param_groups") if isinstance(saved, dict) else None
     if not isinstance(groups, list):
-        raise CheckpointMismatchError(f"{name!r} in {where} is not an optimizer state: pass the optimizer it was saved from.")
+        raise CheckpointMismatchError(
+            f"{name!r} in {where} is not an optimizer state: pass the optimizer it was saved from."
+        )
     have = [len(g["params"]) for g in mine["param_groups"]]
     got = [len(g["params"]) for g in groups]
     if have != got:
@@ -266,11 +280,16 @@ def _apply_value(obj: Any, state: Any) -> Any:
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(obj, numpy.ndarray) and isinstance(state, numpy.ndarray):
         if obj.shape != state.shape or obj.dtype != state.dtype or not obj.flags.writeable:
-            raise _NotInPlace(f"an array of shape {state.shape} and dtype {state.dtype}", f"{obj.shape} and {obj.dtype}")
+            raise _NotInPlace(
+                f"an array of shape {state.shape} and dtype {state.dtype}", f"{obj.shape} and {obj.dtype}"
+            )
         obj[...] = state
     elif torch is not None and isinstance(obj, torch.Tensor) and isinstance(state, torch.Tensor):
         if obj.shape != state.shape or obj.dtype != state.dtype:
-            raise _NotInPlace(f"a tensor of shape {tuple(state.shape)} and dtype {state.dtype}", f"{tuple(obj.shape)} and {obj.dtype}")
+            raise _NotInPlace(
+                f"a tensor of shape {tuple(state.shape)} and dtype {state.dtype}",
+                f"{tuple(obj.shape)} and {obj.dtype}",
+            )
         with torch.no_grad():
             obj.copy_(state)
     elif isinstance(obj, dict) and isinstance(state, dict):

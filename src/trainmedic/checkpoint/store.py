@@ -103,11 +103,19 @@ def write_checkpoint(
                 os.fsync(handle.fileno())
             files[name] = {"bytes": writer.bytes, "sha256": writer.sha256, "serializer": kind}
         seconds = clock() - started
-        manifest = {"format": FORMAT, **header, "step": step, "save_seconds": round(seconds, 6), "files": files}
+        manifest = {
+            "format": FORMAT,
+            **header,
+            "step": step,
+            "save_seconds": round(seconds, 6),
+            "files": files,
+        }
         final = _publish(temp, directory, seq, step, header.get("phase"), manifest)
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)
-        raise CheckpointError(_write_failure(directory, step, exc, sum(f["bytes"] for f in files.values()))) from exc
+        raise CheckpointError(
+            _write_failure(directory, step, exc, sum(f["bytes"] for f in files.values()))
+        ) from exc
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
@@ -122,7 +130,9 @@ def write_checkpoint(
     return Written(final, total, clock() - started, manifest)
 
 
-def _publish(temp: Path, directory: Path, seq: int, step: int, phase: str | None, manifest: dict[str, Any]) -> Path:
+def _publish(
+    temp: Path, directory: Path, seq: int, step: int, phase: str | None, manifest: dict[str, Any]
+) -> Path:
     """Write the manifest last and rename the finished directory into place under a free number.
 
     Another process writing to the same directory (a job requeued while the old one still runs,
@@ -152,8 +162,16 @@ def _publish(temp: Path, directory: Path, seq: int, step: int, phase: str | None
 
 def _write_failure(directory: Path, step: int, exc: OSError, written: int) -> str:
     free = _free_bytes(directory)
-    what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up", errno.EFBIG: "the file grew past the size limit"}.get(exc.errno or 0, "writing failed")
-    room = f" ({format_bytes(free)} free, {format_bytes(written)} written before the error)" if free is not None else ""
+    what = {
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is used up",
+        errno.EFBIG: "the file grew past the size limit",
+    }.get(exc.errno or 0, "writing failed")
+    room = (
+        f" ({format_bytes(free)} free, {format_bytes(written)} written before the error)"
+        if free is not None
+        else ""
+    )
     return (
         f"could not save step {step} to {directory}: {what}: {exc.strerror or exc}{room}. Nothing was left "
         "half-written and the previous checkpoints are intact; free space or give the Checkpointer a "
@@ -260,7 +278,10 @@ def verify(path: Path, checksums: bool = True) -> tuple[dict[str, Any] | None, s
         except OSError:
             return None, f"{name} is missing"
         if size != facts.get("bytes"):
-            return None, f"{name} has {size} bytes, the manifest says {facts.get('bytes')} (truncated or replaced)"
+            return (
+                None,
+                f"{name} has {size} bytes, the manifest says {facts.get('bytes')} (truncated or replaced)",
+            )
     if checksums:
         names = sorted(manifest["files"], key=lambda n: -manifest["files"][n]["bytes"])
         # hashlib releases the GIL: the model's and the optimizer's files hash side by side.
@@ -271,7 +292,10 @@ def verify(path: Path, checksums: bool = True) -> tuple[dict[str, Any] | None, s
             return None, f"cannot be read: {exc.strerror or exc}"
         for name in names:
             if digests[name] != manifest["files"][name].get("sha256"):
-                return None, f"{name} does not match its SHA-256 checksum (the file changed after it was written)"
+                return (
+                    None,
+                    f"{name} does not match its SHA-256 checksum (the file changed after it was written)",
+                )
     return manifest, None
 
 

@@ -34,7 +34,10 @@ def run_demo(steps: int, json_path: Path | None, html_path: Path | None, console
             db = demo.make_dataset(Path(folder) / "signals.db")
             script = demo.copy_script(Path(folder))
             args = ["--db", str(db), "--steps", str(steps + 3), "--batch-size", str(demo.BATCH_SIZE)]
-            console.print(f"trainmedic demo: running {script.name} under trainmedic run (one database query per batch)", markup=False)
+            console.print(
+                f"trainmedic demo: running {script.name} under trainmedic run (one database query per batch)",
+                markup=False,
+            )
             starved = _watch(script.name, args)
             emit(starved, json_path, html_path, False, console)
             if demo.can_use_trainmedic_data():
@@ -80,14 +83,17 @@ def _compare(starved: Report, fixed: Report, label: str, call: str | None, conso
         console.print(f"trainmedic demo: the fixed loop failed: {fixed.message}", style="red", markup=False)
         return 1
     if not (before and after) or not starved.findings:
-        console.print("trainmedic demo: the demo measured no steps; this is a bug, please report it", style="red")
+        console.print(
+            "trainmedic demo: the demo measured no steps; this is a bug, please report it", style="red"
+        )
         return 1
     top = starved.findings[0]
     console.print(
         f"\nMeasured in this run: starved loop {1 / before:.1f} steps/s (median step {before * 1e3:.1f} ms) -> "
         f"{label} {1 / after:.1f} steps/s (median step {after * 1e3:.1f} ms): {before / after:.1f}x faster; "
         f"the report predicted {top.expected_speedup:.1f}x (ceiling {top.ceiling:.1f}x) for '{top.category}' at {top.where}.",
-        style="bold", markup=False,
+        style="bold",
+        markup=False,
     )
     console.print(
         f"Data share of the step: {starved.breakdown.get(DATA, 0.0):.0%} -> {fixed.breakdown.get(DATA, 0.0):.0%}"
@@ -96,9 +102,14 @@ def _compare(starved: Report, fixed: Report, label: str, call: str | None, conso
     )
     if call is not None:
         if top.suggestion == call:
-            console.print("The fixed loop makes exactly the data.load call the report suggested.", markup=False)
+            console.print(
+                "The fixed loop makes exactly the data.load call the report suggested.", markup=False
+            )
         else:
-            console.print(f"The report suggested {top.suggestion or 'no call'}; the fixed loop uses {call}.", markup=False)
+            console.print(
+                f"The report suggested {top.suggestion or 'no call'}; the fixed loop uses {call}.",
+                markup=False,
+            )
     rest = before * (1 - top.share)
     if top.ceiling is not None and before / after > top.ceiling:
         # Amdahl's ceiling holds the rest of the step fixed; say so when the rest moved too.

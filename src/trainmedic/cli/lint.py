@@ -34,7 +34,13 @@ def run_lint(
         for violation in result.violations:
             out(str(violation))
     for problem in result.problems:
-        err.print(str(problem), style=None if problem.skipped else "red", markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            str(problem),
+            style=None if problem.skipped else "red",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if not as_json:
         err.print(_summary(result), markup=False, highlight=False, soft_wrap=True)
     return FINDINGS if result.failed else CLEAN

@@ -40,22 +40,42 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _options(
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+    ),
 ) -> None:
     """Make GPU training fast and keep it from crashing."""
 
 
 @app.command(context_settings=_SCRIPT_ARGS)
 def run(
-    target: list[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The training script and its own arguments."),
-    module: str | None = typer.Option(None, "--module", "-m", metavar="MODULE", help="Run a module, like python -m."),
-    steps: int | None = typer.Option(None, "--steps", min=1, help="Stop after N steady-state steps: diagnosis only."),
-    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.report/1)."),
-    html_path: Path | None = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report."),
+    target: list[str] = typer.Argument(
+        None, metavar="SCRIPT [ARGS]...", help="The training script and its own arguments."
+    ),
+    module: str | None = typer.Option(
+        None, "--module", "-m", metavar="MODULE", help="Run a module, like python -m."
+    ),
+    steps: int | None = typer.Option(
+        None, "--steps", min=1, help="Stop after N steady-state steps: diagnosis only."
+    ),
+    json_path: Path | None = typer.Option(
+        None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.report/1)."
+    ),
+    html_path: Path | None = typer.Option(
+        None, "--html", metavar="PATH", help="Write a self-contained HTML report."
+    ),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Steps excluded from steady state at the start."),
     interval_ms: float = typer.Option(10.0, "--interval-ms", min=1.0, help="Stack sampling interval."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the report (files are still written)."),
-    nproc: int | None = typer.Option(None, "--nproc", min=1, metavar="N", help="Run on N local torchrun ranks; one merged report (per-rank steps, the straggler)."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Do not print the report (files are still written)."
+    ),
+    nproc: int | None = typer.Option(
+        None,
+        "--nproc",
+        min=1,
+        metavar="N",
+        help="Run on N local torchrun ranks; one merged report (per-rank steps, the straggler).",
+    ),
 ) -> None:
     """Run a training script unmodified and report why it is slow, at which line, and what the fix buys.
 
@@ -65,9 +85,13 @@ def run(
     """
     args = list(target or [])
     if module is None and not args:
-        _fail("give a script to run (trainmedic run train.py ...) or a module (trainmedic run -m pkg.train ...)")
+        _fail(
+            "give a script to run (trainmedic run train.py ...) or a module (trainmedic run -m pkg.train ...)"
+        )
     name = module if module is not None else args.pop(0)
-    options = RunOptions(name, args, module is not None, steps, json_path, html_path, warmup, interval_ms / 1000, quiet, nproc)
+    options = RunOptions(
+        name, args, module is not None, steps, json_path, html_path, warmup, interval_ms / 1000, quiet, nproc
+    )
     raise typer.Exit(run_target(options, _stderr()))
 
 
@@ -85,9 +109,15 @@ def demo(
 def lint(
     paths: list[str] = typer.Argument(None, metavar="PATH", help="Python files or folders (default: .)."),
     json_output: bool = typer.Option(False, "--json", help="Print findings as a JSON list on stdout."),
-    explain: str | None = typer.Option(None, "--explain", metavar="CODE", help="Explain a rule: why, fix, example."),
-    select: str | None = typer.Option(None, "--select", metavar="CODES", help="Only these codes or prefixes (TM107,TM11)."),
-    ignore: str | None = typer.Option(None, "--ignore", metavar="CODES", help="Skip these codes or prefixes."),
+    explain: str | None = typer.Option(
+        None, "--explain", metavar="CODE", help="Explain a rule: why, fix, example."
+    ),
+    select: str | None = typer.Option(
+        None, "--select", metavar="CODES", help="Only these codes or prefixes (TM107,TM11)."
+    ),
+    ignore: str | None = typer.Option(
+        None, "--ignore", metavar="CODES", help="Skip these codes or prefixes."
+    ),
     list_rules: bool = typer.Option(False, "--list-rules", help="List every rule and exit."),
 ) -> None:
     """Find training-code pitfalls (TM1xx) without running the code: path:line:col: CODE message.
@@ -107,19 +137,57 @@ def lint(
 
 @app.command()
 def plan(
-    spec: str | None = typer.Argument(None, metavar="SPEC", help="PATH.py:FUNCTION or package.module:FUNCTION (default FUNCTION: build)."),
-    device: str | None = typer.Option(None, "--device", "-d", metavar="NAME", help="Target GPU: t4, rtx3090, a100-80gb, h100, cpu, ..."),
-    capacity: str | None = typer.Option(None, "--capacity", metavar="SIZE", help="Memory of the target (48GiB, 24GB): overrides --device's, or names any card."),
-    batch: int | None = typer.Option(None, "--batch", "-b", metavar="N", help="Batch size to plan (with --max-batch: plan this one too)."),
-    precision: str | None = typer.Option(None, "--precision", metavar="fp32|tf32|bf16|fp16", help="Training precision; bf16/fp16 mean autocast (default fp32)."),
-    max_batch: bool = typer.Option(False, "--max-batch", help="Also find the largest batch that fits (the plan is made at it unless --batch is given)."),
-    headroom: float = typer.Option(0.1, "--headroom", metavar="F", help="Share of the memory to keep free (default 0.1, as tune)."),
-    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the plan as JSON (trainmedic.plan/1)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the plan (the JSON is still written)."),
+    spec: str | None = typer.Argument(
+        None, metavar="SPEC", help="PATH.py:FUNCTION or package.module:FUNCTION (default FUNCTION: build)."
+    ),
+    device: str | None = typer.Option(
+        None, "--device", "-d", metavar="NAME", help="Target GPU: t4, rtx3090, a100-80gb, h100, cpu, ..."
+    ),
+    capacity: str | None = typer.Option(
+        None,
+        "--capacity",
+        metavar="SIZE",
+        help="Memory of the target (48GiB, 24GB): overrides --device's, or names any card.",
+    ),
+    batch: int | None = typer.Option(
+        None, "--batch", "-b", metavar="N", help="Batch size to plan (with --max-batch: plan this one too)."
+    ),
+    precision: str | None = typer.Option(
+        None,
+        "--precision",
+        metavar="fp32|tf32|bf16|fp16",
+        help="Training precision; bf16/fp16 mean autocast (default fp32).",
+    ),
+    max_batch: bool = typer.Option(
+        False,
+        "--max-batch",
+        help="Also find the largest batch that fits (the plan is made at it unless --batch is given).",
+    ),
+    headroom: float = typer.Option(
+        0.1, "--headroom", metavar="F", help="Share of the memory to keep free (default 0.1, as tune)."
+    ),
+    json_path: Path | None = typer.Option(
+        None, "--json", metavar="PATH", help="Write the plan as JSON (trainmedic.plan/1)."
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Do not print the plan (the JSON is still written)."
+    ),
     list_devices: bool = typer.Option(False, "--list-devices", help="List the GPUs --device knows and exit."),
-    verify: bool = typer.Option(False, "--verify", help="Run two steps for real on this machine's GPU and compare them with the plan."),
-    verify_trace: Path | None = typer.Option(None, "--verify-trace", metavar="TRACE", help="Compare the plan with a step recorded earlier (gpu-alloc-trace/1, .json or .json.gz)."),
-    record: Path | None = typer.Option(None, "--record", metavar="TRACE", help="With --verify: keep the recorded step (a .json.gz for --verify-trace)."),
+    verify: bool = typer.Option(
+        False, "--verify", help="Run two steps for real on this machine's GPU and compare them with the plan."
+    ),
+    verify_trace: Path | None = typer.Option(
+        None,
+        "--verify-trace",
+        metavar="TRACE",
+        help="Compare the plan with a step recorded earlier (gpu-alloc-trace/1, .json or .json.gz).",
+    ),
+    record: Path | None = typer.Option(
+        None,
+        "--record",
+        metavar="TRACE",
+        help="With --verify: keep the recorded step (a .json.gz for --verify-trace).",
+    ),
 ) -> None:
     """Predict the peak GPU memory of one training step before touching a GPU.
 
@@ -129,21 +197,68 @@ def plan(
     """
     if list_devices:
         raise typer.Exit(plan_command.list_devices(Console(highlight=False)))
-    options = plan_command.PlanOptions(spec, device, capacity, batch, precision, max_batch, headroom, json_path, quiet,
-                                       verify, verify_trace, record)
+    options = plan_command.PlanOptions(
+        spec,
+        device,
+        capacity,
+        batch,
+        precision,
+        max_batch,
+        headroom,
+        json_path,
+        quiet,
+        verify,
+        verify_trace,
+        record,
+    )
     raise typer.Exit(plan_command.run_plan(options, Console(highlight=False), _stderr()))
 
 
 @app.command()
 def preflight(
-    names: list[str] = typer.Argument(None, metavar="NAME", help="Run only these experiments of pyproject.toml."),
-    commands: list[str] = typer.Option(None, "--command", "-c", metavar="COMMAND", help="Run this command as an experiment, e.g. \"python train.py --steps 5\" (repeatable; no pyproject.toml needed)."),
-    budget: str | None = typer.Option(None, "--budget", metavar="DURATION", help="Wall-clock budget of each run, e.g. 2m (default: pyproject's, else 2m)."),
-    device: str | None = typer.Option(None, "--device", "-d", metavar="NAME", help="Target GPU for the memory plan: t4, rtx3090, a100-80gb, h100, ..."),
-    session_limit: str | None = typer.Option(None, "--session-limit", metavar="DURATION", help="The platform's session limit, e.g. 9h: does the full run fit?"),
-    no_resume_check: bool = typer.Option(False, "--no-resume-check", help="Skip save -> kill -> resume for scripts that use checkpoint.Checkpointer."),
-    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.preflight/1)."),
-    project: Path | None = typer.Option(None, "--project", metavar="DIR", help="The project folder (default: the nearest pyproject.toml from here up)."),
+    names: list[str] = typer.Argument(
+        None, metavar="NAME", help="Run only these experiments of pyproject.toml."
+    ),
+    commands: list[str] = typer.Option(
+        None,
+        "--command",
+        "-c",
+        metavar="COMMAND",
+        help='Run this command as an experiment, e.g. "python train.py --steps 5" (repeatable; no pyproject.toml needed).',
+    ),
+    budget: str | None = typer.Option(
+        None,
+        "--budget",
+        metavar="DURATION",
+        help="Wall-clock budget of each run, e.g. 2m (default: pyproject's, else 2m).",
+    ),
+    device: str | None = typer.Option(
+        None,
+        "--device",
+        "-d",
+        metavar="NAME",
+        help="Target GPU for the memory plan: t4, rtx3090, a100-80gb, h100, ...",
+    ),
+    session_limit: str | None = typer.Option(
+        None,
+        "--session-limit",
+        metavar="DURATION",
+        help="The platform's session limit, e.g. 9h: does the full run fit?",
+    ),
+    no_resume_check: bool = typer.Option(
+        False,
+        "--no-resume-check",
+        help="Skip save -> kill -> resume for scripts that use checkpoint.Checkpointer.",
+    ),
+    json_path: Path | None = typer.Option(
+        None, "--json", metavar="PATH", help="Write the report as JSON (trainmedic.preflight/1)."
+    ),
+    project: Path | None = typer.Option(
+        None,
+        "--project",
+        metavar="DIR",
+        help="The project folder (default: the nearest pyproject.toml from here up).",
+    ),
 ) -> None:
     """Run every experiment for a few tiny steps on the CPU before spending GPU hours.
 
@@ -154,32 +269,112 @@ def preflight(
     2 on bad input.
     """
     options = preflight_command.PreflightOptions(
-        tuple(names or ()), tuple(commands or ()), budget, device, session_limit,
-        False if no_resume_check else None, json_path, project,
+        tuple(names or ()),
+        tuple(commands or ()),
+        budget,
+        device,
+        session_limit,
+        False if no_resume_check else None,
+        json_path,
+        project,
     )
     raise typer.Exit(preflight_command.run_preflight_command(options, Console(highlight=False), _stderr()))
 
 
 @app.command()
 def tune(
-    items: list[str] = typer.Argument(None, metavar="SPEC | -- SCRIPT_ARGS", help="PATH.py:FUNCTION (as for plan); with --script, the script's own arguments after --."),
-    script: str | None = typer.Option(None, "--script", metavar="PATH", help="Tune a training script instead, over the options --set names."),
-    sets: list[str] = typer.Option(None, "--set", metavar="NAME=V1,V2", help="A script option and the values to try (repeatable), e.g. --set batch_size=2,4,8."),
-    device: str = typer.Option("auto", "--device", "-d", metavar="auto|cpu|cuda[:N]", help="Where to measure (default: CUDA when present)."),
-    batch: str | None = typer.Option(None, "--batch", "-b", metavar="N,N,...", help="Batch sizes to measure (default: powers of two up to the largest that fits)."),
-    precision: str | None = typer.Option(None, "--precision", metavar="fp32,bf16,...", help="Precisions to measure: fp32, tf32, bf16, fp16 (default: what the device runs fast)."),
-    compile_mode: str = typer.Option("auto", "--compile", metavar="auto|on|off|both", help="torch.compile: auto/both measure it on the fastest eager configurations."),
-    memory_format: str | None = typer.Option(None, "--memory-format", metavar="FORMATS", help="contiguous, channels_last, channels_last_3d (default: channels_last[_3d] for conv nets)."),
-    budget: str | None = typer.Option(None, "--budget", metavar="DURATION", help="Stop measuring after this long, e.g. 5m; the result holds what was measured."),
-    trials: int = typer.Option(5, "--trials", min=3, help="Timed trials per configuration (median and spread)."),
-    current: int | None = typer.Option(None, "--current", min=1, metavar="N", help="The batch you train with now (fp32, eager): the gain is measured against it."),
-    exhaustive: bool = typer.Option(False, "--exhaustive", help="Measure the whole grid instead of the staged search."),
-    headroom: float = typer.Option(0.1, "--headroom", metavar="F", help="Share of the memory the plan keeps free when it skips batches."),
-    capacity: str | None = typer.Option(None, "--capacity", metavar="SIZE", help="Plan against this much memory instead of what is free now, e.g. 16GiB."),
-    steps: int = typer.Option(tune_command.SCRIPT_STEPS, "--steps", min=4, help="With --script: steady-state steps measured per run."),
-    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the result as JSON (trainmedic.tune/1)."),
-    html_path: Path | None = typer.Option(None, "--html", metavar="PATH", help="Write an HTML page with throughput-vs-batch and roofline charts."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the table (files are still written)."),
+    items: list[str] = typer.Argument(
+        None,
+        metavar="SPEC | -- SCRIPT_ARGS",
+        help="PATH.py:FUNCTION (as for plan); with --script, the script's own arguments after --.",
+    ),
+    script: str | None = typer.Option(
+        None, "--script", metavar="PATH", help="Tune a training script instead, over the options --set names."
+    ),
+    sets: list[str] = typer.Option(
+        None,
+        "--set",
+        metavar="NAME=V1,V2",
+        help="A script option and the values to try (repeatable), e.g. --set batch_size=2,4,8.",
+    ),
+    device: str = typer.Option(
+        "auto",
+        "--device",
+        "-d",
+        metavar="auto|cpu|cuda[:N]",
+        help="Where to measure (default: CUDA when present).",
+    ),
+    batch: str | None = typer.Option(
+        None,
+        "--batch",
+        "-b",
+        metavar="N,N,...",
+        help="Batch sizes to measure (default: powers of two up to the largest that fits).",
+    ),
+    precision: str | None = typer.Option(
+        None,
+        "--precision",
+        metavar="fp32,bf16,...",
+        help="Precisions to measure: fp32, tf32, bf16, fp16 (default: what the device runs fast).",
+    ),
+    compile_mode: str = typer.Option(
+        "auto",
+        "--compile",
+        metavar="auto|on|off|both",
+        help="torch.compile: auto/both measure it on the fastest eager configurations.",
+    ),
+    memory_format: str | None = typer.Option(
+        None,
+        "--memory-format",
+        metavar="FORMATS",
+        help="contiguous, channels_last, channels_last_3d (default: channels_last[_3d] for conv nets).",
+    ),
+    budget: str | None = typer.Option(
+        None,
+        "--budget",
+        metavar="DURATION",
+        help="Stop measuring after this long, e.g. 5m; the result holds what was measured.",
+    ),
+    trials: int = typer.Option(
+        5, "--trials", min=3, help="Timed trials per configuration (median and spread)."
+    ),
+    current: int | None = typer.Option(
+        None,
+        "--current",
+        min=1,
+        metavar="N",
+        help="The batch you train with now (fp32, eager): the gain is measured against it.",
+    ),
+    exhaustive: bool = typer.Option(
+        False, "--exhaustive", help="Measure the whole grid instead of the staged search."
+    ),
+    headroom: float = typer.Option(
+        0.1, "--headroom", metavar="F", help="Share of the memory the plan keeps free when it skips batches."
+    ),
+    capacity: str | None = typer.Option(
+        None,
+        "--capacity",
+        metavar="SIZE",
+        help="Plan against this much memory instead of what is free now, e.g. 16GiB.",
+    ),
+    steps: int = typer.Option(
+        tune_command.SCRIPT_STEPS,
+        "--steps",
+        min=4,
+        help="With --script: steady-state steps measured per run.",
+    ),
+    json_path: Path | None = typer.Option(
+        None, "--json", metavar="PATH", help="Write the result as JSON (trainmedic.tune/1)."
+    ),
+    html_path: Path | None = typer.Option(
+        None,
+        "--html",
+        metavar="PATH",
+        help="Write an HTML page with throughput-vs-batch and roofline charts.",
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Do not print the table (files are still written)."
+    ),
 ) -> None:
     """Find the fastest batch size, precision, memory format and compile setting by measurement.
 
@@ -191,10 +386,29 @@ def tune(
     words = list(items or [])
     spec = None if script is not None or not words else words.pop(0)
     if script is None and words:
-        _fail(f"trainmedic tune takes one build function; got also {' '.join(words)} (script arguments need --script)")
+        _fail(
+            f"trainmedic tune takes one build function; got also {' '.join(words)} (script arguments need --script)"
+        )
     options = tune_command.TuneOptions(
-        spec, script, tuple(words), tuple(sets or ()), device, batch, precision, compile_mode, memory_format, budget,
-        trials, current, exhaustive, headroom, capacity, steps, json_path, html_path, quiet,
+        spec,
+        script,
+        tuple(words),
+        tuple(sets or ()),
+        device,
+        batch,
+        precision,
+        compile_mode,
+        memory_format,
+        budget,
+        trials,
+        current,
+        exhaustive,
+        headroom,
+        capacity,
+        steps,
+        json_path,
+        html_path,
+        quiet,
     )
     raise typer.Exit(tune_command.run_tune(options, Console(highlight=False), _stderr()))
 
@@ -225,7 +439,11 @@ def _mark_script_args(argv: list[str], group: TyperGroup) -> list[str]:
     `--` for click, which would otherwise read options after `-m MODULE` as trainmedic's. Which
     options take a value comes from the commands' own parameters, so a new option cannot break it."""
     at = _options_end(argv, 0, group)
-    if at >= len(argv) or argv[at] != "run" or not isinstance(run_command := group.commands.get("run"), TyperCommand):
+    if (
+        at >= len(argv)
+        or argv[at] != "run"
+        or not isinstance(run_command := group.commands.get("run"), TyperCommand)
+    ):
         return argv
     start = at + 1
     end = _options_end(argv, start, run_command, stop_after=frozenset({"module"}))
@@ -234,11 +452,17 @@ def _mark_script_args(argv: list[str], group: TyperGroup) -> list[str]:
     return [*argv[:end], "--", *argv[end:]]
 
 
-def _options_end(argv: list[str], start: int, command: TyperCommand | TyperGroup, stop_after: frozenset[str] = frozenset()) -> int:
+def _options_end(
+    argv: list[str], start: int, command: TyperCommand | TyperGroup, stop_after: frozenset[str] = frozenset()
+) -> int:
     """The index of the first word after ``command``'s options from ``start``: its first positional
     word, a `--`, or what follows the value of an option named in ``stop_after``."""
-    options = {name: param for param in command.params if isinstance(param, TyperOption)
-               for name in (*param.opts, *param.secondary_opts)}
+    options = {
+        name: param
+        for param in command.params
+        if isinstance(param, TyperOption)
+        for name in (*param.opts, *param.secondary_opts)
+    }
     i = start
     while i < len(argv):
         arg = argv[i]

@@ -57,12 +57,18 @@ def run_plan(options: PlanOptions, out: Console, err: Console) -> int:
     """Make the plan, render it on ``out``, write the JSON, and return the exit code."""
     if options.precision:
         options = dataclasses.replace(options, precision=options.precision.lower())
-    problem = output_problem([("--json", options.json_path), ("--record", options.record)]) or verify_problem(options)
+    problem = output_problem([("--json", options.json_path), ("--record", options.record)]) or verify_problem(
+        options
+    )
     if problem:  # found now, not after the traces
         _error(err, problem)
         return USAGE
     try:
-        plan, verification = make_verified_plan(options, _make_plan) if options.verify or options.verify_trace else (_make_plan(options), None)
+        plan, verification = (
+            make_verified_plan(options, _make_plan)
+            if options.verify or options.verify_trace
+            else (_make_plan(options), None)
+        )
     except (PlanError, DeviceError, MissingExtraError) as exc:
         _error(err, str(exc))
         return USAGE
@@ -79,7 +85,12 @@ def run_plan(options: PlanOptions, out: Console, err: Console) -> int:
         except OSError as exc:
             _error(err, f"cannot write the JSON plan to {options.json_path}: {exc.strerror or exc}")
             return USAGE
-        err.print(f"trainmedic: JSON plan written to {options.json_path}", markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            f"trainmedic: JSON plan written to {options.json_path}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if verification is not None and not within_bound(verification, plan):
         return DOES_NOT_FIT
     return FITS if plan.fits and plan.max_batch != 0 else DOES_NOT_FIT
@@ -87,7 +98,9 @@ def run_plan(options: PlanOptions, out: Console, err: Console) -> int:
 
 def _make_plan(options: PlanOptions) -> Plan:
     if not options.spec:
-        raise PlanError("give the build function to plan: trainmedic plan model.py:build --device t4 --batch 32")
+        raise PlanError(
+            "give the build function to plan: trainmedic plan model.py:build --device t4 --batch 32"
+        )
     if options.device is None and options.capacity is None:
         raise PlanError(
             f"name a target GPU with --device NAME (e.g. {', '.join(EXAMPLE_DEVICES)}; --list-devices shows all) "
@@ -95,7 +108,9 @@ def _make_plan(options: PlanOptions) -> Plan:
         )
     precision = (options.precision or "fp32").lower()
     if precision not in PRECISIONS:
-        raise PlanError(f"--precision {options.precision} is not one of {', '.join(PRECISIONS)}; bf16 or fp16 mean autocast")
+        raise PlanError(
+            f"--precision {options.precision} is not one of {', '.join(PRECISIONS)}; bf16 or fp16 mean autocast"
+        )
     if options.device is not None:
         get_device(options.device)  # a misspelt card fails before the user's module is imported
     # torch loads here, not at start-up: `trainmedic lint` and `--list-devices` never need it.
@@ -114,7 +129,9 @@ def _make_plan(options: PlanOptions) -> Plan:
 
 
 def _error(err: Console, message: str) -> None:
-    err.print(f"trainmedic plan: error: {message}", style="red", markup=False, highlight=False, soft_wrap=True)
+    err.print(
+        f"trainmedic plan: error: {message}", style="red", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 def list_devices(console: Console) -> int:
@@ -133,7 +150,10 @@ def list_devices(console: Console) -> int:
         table.add_row(key, Text(device.name), memory, bandwidth, device.family)
     console.print(table)
     console.print(
-        Text("Names are matched loosely (3090, RTX-3090, 'NVIDIA A100-SXM4-80GB'); for any other card give --capacity SIZE.", style="dim")
+        Text(
+            "Names are matched loosely (3090, RTX-3090, 'NVIDIA A100-SXM4-80GB'); for any other card give --capacity SIZE.",
+            style="dim",
+        )
     )
     return FITS
 

@@ -49,7 +49,9 @@ def make_verified_plan(options, make_plan: Callable) -> tuple[Plan, Verification
         options = dataclasses.replace(
             options,
             batch=options.batch if options.batch is not None else result.get("batch"),
-            precision=options.precision if options.precision is not None else str(result.get("precision", "fp32")),
+            precision=options.precision
+            if options.precision is not None
+            else str(result.get("precision", "fp32")),
         )
         if options.device is None and options.capacity is None:
             card = recorded_card(result)
@@ -70,13 +72,30 @@ def make_verified_plan(options, make_plan: Callable) -> tuple[Plan, Verification
     else:
         answer = None
     if recorded is None:
-        cap = parse_capacity(options.capacity) if options.capacity is not None else None  # a smaller card on this one
-        recorded = record_on_gpu(options.spec, options.batch, options.precision, options.record, cap_bytes=cap)
-    plan, verification = verified_plan(options.spec, options.batch, device=options.device, capacity=options.capacity,
-                                       precision=options.precision, headroom=options.headroom, recorded=recorded, source=source)
+        cap = (
+            parse_capacity(options.capacity) if options.capacity is not None else None
+        )  # a smaller card on this one
+        recorded = record_on_gpu(
+            options.spec, options.batch, options.precision, options.record, cap_bytes=cap
+        )
+    plan, verification = verified_plan(
+        options.spec,
+        options.batch,
+        device=options.device,
+        capacity=options.capacity,
+        precision=options.precision,
+        headroom=options.headroom,
+        recorded=recorded,
+        source=source,
+    )
     if answer is not None:
-        plan = dataclasses.replace(plan, max_batch=answer.max_batch, bytes_per_sample=answer.bytes_per_sample,
-                                   notes=answer.notes, warnings=answer.warnings)
+        plan = dataclasses.replace(
+            plan,
+            max_batch=answer.max_batch,
+            bytes_per_sample=answer.bytes_per_sample,
+            notes=answer.notes,
+            warnings=answer.warnings,
+        )
     return plan, verification
 
 

@@ -41,8 +41,13 @@ class PreflightOptions:
 def run_preflight_command(options: PreflightOptions, out: Console, err: Console) -> int:
     """Read the declarations, run them, render the report on ``out``; return the exit code."""
     overrides = Overrides(
-        options.names, options.commands, options.budget, options.device, options.session_limit,
-        options.resume_check, options.project,
+        options.names,
+        options.commands,
+        options.budget,
+        options.device,
+        options.session_limit,
+        options.resume_check,
+        options.project,
     )
     try:
         settings = load_settings(overrides)
@@ -57,8 +62,13 @@ def run_preflight_command(options: PreflightOptions, out: Console, err: Console)
     index = {e.name: i for i, e in enumerate(settings.experiments, 1)}
 
     def progress(name: str, text: str) -> None:
-        err.print(f"trainmedic preflight: [{index[name]}/{count}] {name}: {text}", markup=False, highlight=False,
-                  soft_wrap=True, style="dim")
+        err.print(
+            f"trainmedic preflight: [{index[name]}/{count}] {name}: {text}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+            style="dim",
+        )
 
     try:
         with _stop_on_signals():
@@ -74,8 +84,12 @@ def run_preflight_command(options: PreflightOptions, out: Console, err: Console)
         except OSError as exc:
             _error(err, f"cannot write the JSON report to {options.json_path}: {exc.strerror or exc}")
             return USAGE
-        err.print(f"trainmedic preflight: JSON report written to {options.json_path}", markup=False,
-                  highlight=False, soft_wrap=True)
+        err.print(
+            f"trainmedic preflight: JSON report written to {options.json_path}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     return PASSED if report.passed else PROBLEMS
 
 
@@ -110,7 +124,9 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _error(err: Console, message: str) -> None:
-    err.print(f"trainmedic preflight: error: {message}", style="red", markup=False, highlight=False, soft_wrap=True)
+    err.print(
+        f"trainmedic preflight: error: {message}", style="red", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 __all__ = ["PASSED", "PROBLEMS", "USAGE", "PreflightOptions", "run_preflight_command"]

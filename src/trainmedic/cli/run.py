@@ -37,7 +37,9 @@ def run_target(options: RunOptions, console: Console) -> int:
         console.print(f"trainmedic: error: {problem}", style="red", markup=False)
         return USAGE
 
-    show = partial(emit, json_path=options.json_path, html_path=options.html_path, quiet=options.quiet, console=console)
+    show = partial(
+        emit, json_path=options.json_path, html_path=options.html_path, quiet=options.quiet, console=console
+    )
     if options.nproc is not None:
         return run_ranks.launch(options, show)
     identity = RankIdentity.from_env()  # a torchrun rank: its part, then one merged report
@@ -55,7 +57,9 @@ def run_target(options: RunOptions, console: Console) -> int:
 def _watch(options: RunOptions, signals: StopSignals) -> tuple[Report, Measurements]:
     """Run the script under a watch session and diagnose it."""
     command = (["-m", options.target] if options.module else [options.target]) + options.args
-    session = WatchSession(warmup=options.warmup, max_steps=options.steps, interval=options.interval_s, find_loops=True)
+    session = WatchSession(
+        warmup=options.warmup, max_steps=options.steps, interval=options.interval_s, find_loops=True
+    )
     session.start()
     try:
         with signals.script():
@@ -76,7 +80,9 @@ def _watch(options: RunOptions, signals: StopSignals) -> tuple[Report, Measureme
     return report, measurements
 
 
-def emit(report: Report, json_path: Path | None, html_path: Path | None, quiet: bool, console: Console) -> None:
+def emit(
+    report: Report, json_path: Path | None, html_path: Path | None, quiet: bool, console: Console
+) -> None:
     # Files first: a report that fails to render, or a terminal that goes away while it prints,
     # must not take the measured report with it.
     said = []
@@ -87,7 +93,9 @@ def emit(report: Report, json_path: Path | None, html_path: Path | None, quiet: 
         try:
             write(path)
         except OSError as exc:  # checked before the run; a full disk can still refuse it
-            said.append((f"trainmedic: error: cannot write the {kind} report to {path}: {exc.strerror or exc}", "red"))
+            said.append(
+                (f"trainmedic: error: cannot write the {kind} report to {path}: {exc.strerror or exc}", "red")
+            )
         else:
             said.append((f"trainmedic: {kind} report written to {path}", None))
     if not quiet:

@@ -40,12 +40,26 @@ def launch(options: RunOptions, emit: Callable[[Report], None]) -> int:
     require("torch", "torch", "trainmedic run --nproc")
     folder = Path(tempfile.mkdtemp(prefix="trainmedic-ranks-"))
     command = (["-m", options.target] if options.module else [options.target]) + options.args
-    rank_argv = ["--quiet", "--warmup", str(options.warmup), "--interval-ms", f"{options.interval_s * 1000:g}"]
+    rank_argv = [
+        "--quiet",
+        "--warmup",
+        str(options.warmup),
+        "--interval-ms",
+        f"{options.interval_s * 1000:g}",
+    ]
     if options.steps is not None:
         rank_argv += ["--steps", str(options.steps)]
     argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={options.nproc}",
-        "-m", "trainmedic", "run", *rank_argv, *(["-m", options.target] if options.module else [options.target]),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={options.nproc}",
+        "-m",
+        "trainmedic",
+        "run",
+        *rank_argv,
+        *(["-m", options.target] if options.module else [options.target]),
         *options.args,
     ]
     try:
@@ -96,7 +110,11 @@ class RankSignals(StopSignals):
 
 
 def finish_rank(
-    identity: RankIdentity, folder: Path, report: Report, measurements: Measurements, emit: Callable[[Report], None],
+    identity: RankIdentity,
+    folder: Path,
+    report: Report,
+    measurements: Measurements,
+    emit: Callable[[Report], None],
     script_ended_at: float | None = None,
 ) -> int:
     """Write this rank's part; on rank 0 of a plain torchrun launch, merge and emit the job's report."""

@@ -67,7 +67,11 @@ def run_tune(options: TuneOptions, out: Console, err: Console) -> int:
         _error(err, str(exc))
         return USAGE
     except KeyboardInterrupt:  # while loading the target or planning: nothing measured yet
-        err.print("trainmedic tune: stopped by Ctrl+C before any configuration was measured", markup=False, highlight=False)
+        err.print(
+            "trainmedic tune: stopped by Ctrl+C before any configuration was measured",
+            markup=False,
+            highlight=False,
+        )
         return INTERRUPTED
     from trainmedic.tune.console import render_tune
 
@@ -86,7 +90,9 @@ def run_tune(options: TuneOptions, out: Console, err: Console) -> int:
         except OSError as exc:
             _error(err, f"cannot write the {kind} result to {path}: {exc.strerror or exc}")
             return USAGE
-        err.print(f"trainmedic: {kind} result written to {path}", markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            f"trainmedic: {kind} result written to {path}", markup=False, highlight=False, soft_wrap=True
+        )
     if result.stopped_early and "Ctrl+C" in result.stopped_early:
         return INTERRUPTED
     # Nothing measured (every configuration failed, was skipped, or the budget ran out first):
@@ -104,12 +110,24 @@ def _search(options: TuneOptions, budget_s: float | None, started_at: float, bar
             raise TuneError(f"give a build function ({options.spec}) or --script {options.script}, not both.")
         from trainmedic.tune.script_search import tune_script
 
-        return tune_script(options.script, list(options.script_args), list(options.sets), steps=options.steps,
-                           trials=options.trials, budget_s=budget_s, started_at=started_at, callbacks=bar.callbacks())
+        return tune_script(
+            options.script,
+            list(options.script_args),
+            list(options.sets),
+            steps=options.steps,
+            trials=options.trials,
+            budget_s=budget_s,
+            started_at=started_at,
+            callbacks=bar.callbacks(),
+        )
     if options.sets:
-        raise TuneError("--set overrides a script's options; use it with --script train.py (a build function is tuned by --batch, --precision, ...).")
+        raise TuneError(
+            "--set overrides a script's options; use it with --script train.py (a build function is tuned by --batch, --precision, ...)."
+        )
     if not options.spec:
-        raise TuneError("give a build function to tune (trainmedic tune model.py:build) or a script (trainmedic tune --script train.py --set batch_size=2,4).")
+        raise TuneError(
+            "give a build function to tune (trainmedic tune model.py:build) or a script (trainmedic tune --script train.py --set batch_size=2,4)."
+        )
     from trainmedic.plan import load_build
     from trainmedic.tune import tune
 
@@ -136,16 +154,26 @@ def _search(options: TuneOptions, budget_s: float | None, started_at: float, bar
 def _check_flags(options: TuneOptions) -> None:
     """Flags that mean nothing for the chosen target are refused, not silently dropped."""
     if options.script is not None:
-        build_only = [("--batch", options.batches is not None), ("--precision", options.precisions is not None),
-                      ("--compile", options.compile != "auto"), ("--memory-format", options.memory_formats is not None),
-                      ("--current", options.current is not None), ("--exhaustive", options.exhaustive),
-                      ("--capacity", options.capacity is not None), ("--device", options.device != "auto")]
+        build_only = [
+            ("--batch", options.batches is not None),
+            ("--precision", options.precisions is not None),
+            ("--compile", options.compile != "auto"),
+            ("--memory-format", options.memory_formats is not None),
+            ("--current", options.current is not None),
+            ("--exhaustive", options.exhaustive),
+            ("--capacity", options.capacity is not None),
+            ("--device", options.device != "auto"),
+        ]
         given = [flag for flag, on in build_only if on]
         if given:
-            raise TuneError(f"{', '.join(given)} tune a build function; a script is tuned over its own options: "
-                            f"--set batch_size=2,4,8 (the first value of each is your current one).")
+            raise TuneError(
+                f"{', '.join(given)} tune a build function; a script is tuned over its own options: "
+                f"--set batch_size=2,4,8 (the first value of each is your current one)."
+            )
     elif options.steps != SCRIPT_STEPS:
-        raise TuneError("--steps sets how many steps each run of a --script measures; a build function is timed in trials (--trials).")
+        raise TuneError(
+            "--steps sets how many steps each run of a --script measures; a build function is timed in trials (--trials)."
+        )
 
 
 def _budget(text: str | None) -> float | None:
@@ -193,7 +221,9 @@ def _switch(text: str) -> tuple[bool, ...]:
 
 
 def _error(err: Console, message: str) -> None:
-    err.print(f"trainmedic tune: error: {message}", style="red", markup=False, highlight=False, soft_wrap=True)
+    err.print(
+        f"trainmedic tune: error: {message}", style="red", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 class _ProgressBar:
@@ -223,7 +253,9 @@ class _ProgressBar:
         return Callbacks(started=self._started, finished=self._finished)
 
     def _started(self, config) -> None:
-        self.progress.update(self.task, description=f"tune: measuring {config.label}", completed=self._elapsed())
+        self.progress.update(
+            self.task, description=f"tune: measuring {config.label}", completed=self._elapsed()
+        )
 
     def _finished(self, row, result) -> None:
         self.count += 1

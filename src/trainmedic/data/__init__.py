@@ -158,7 +158,9 @@ def _device(torch: Any, device: Any) -> Any:
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError):
-        raise DataError(f"device={device!r} is not a torch device; expected e.g. 'cpu', 'cuda' or 'cuda:1'.") from None
+        raise DataError(
+            f"device={device!r} is not a torch device; expected e.g. 'cpu', 'cuda' or 'cuda:1'."
+        ) from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise DataError(
@@ -168,5 +170,3 @@ def _device(torch: Any, device: Any) -> Any:
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     return device
-
-

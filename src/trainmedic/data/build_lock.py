@@ -64,7 +64,11 @@ class Holder:
     heartbeat_age: float
 
     def describe(self) -> str:
-        who = f"pid {self.pid} on host {self.host}" if self.pid is not None else "a process that has not written its name yet"
+        who = (
+            f"pid {self.pid} on host {self.host}"
+            if self.pid is not None
+            else "a process that has not written its name yet"
+        )
         return f"{who} (since {self.started or '?'}, last heartbeat {format_seconds(max(0.0, self.heartbeat_age))} ago)"
 
 
@@ -111,7 +115,9 @@ class BuildLock:
             stale = why_stale(holder, stale_after)
             if stale is not None:
                 if self._take_over(holder):
-                    self.took_over = f"took over the stale build lock {self.path} of {holder.describe()}: {stale}"
+                    self.took_over = (
+                        f"took over the stale build lock {self.path} of {holder.describe()}: {stale}"
+                    )
                     logger.warning("trainmedic: %s", self.took_over)
                 continue
             if ready is not None and ready():

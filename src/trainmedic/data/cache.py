@@ -59,7 +59,9 @@ class DiskCache:
         key.update(source.cache_identity().encode())
         for spec in source.specs:
             key.update(spec.describe().encode())
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(source.description.split("?")[0]).name)[:40] or source.kind
+        slug = (
+            re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(source.description.split("?")[0]).name)[:40] or source.kind
+        )
         self.folder = self.root / f"{slug}-{key.hexdigest()}"
         #: Why the last load() rebuilt (None when the cache was reused).
         self.rebuilt_because: str | None = None
@@ -78,7 +80,9 @@ class DiskCache:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise SourceError(f"cannot create the cache folder {str(self.root)!r} ({exc}); pass cache_dir= a writable folder.") from None
+            raise SourceError(
+                f"cannot create the cache folder {str(self.root)!r} ({exc}); pass cache_dir= a writable folder."
+            ) from None
         problem = self.problem()
         if problem is None:
             return self._open()
@@ -86,7 +90,9 @@ class DiskCache:
 
         def waiting(holder: Holder) -> None:
             announced.append(holder)
-            progress.start(f"waiting for {holder.describe()} to build the disk cache of {self.source.description}", None)
+            progress.start(
+                f"waiting for {holder.describe()} to build the disk cache of {self.source.description}", None
+            )
 
         try:
             for attempt in range(4):
@@ -158,7 +164,10 @@ class DiskCache:
         length = self.manifest["length"]
         for entry in self.manifest["fields"]:
             arrays[entry["name"]] = np.memmap(
-                self.folder / entry["file"], dtype=np.dtype(entry["dtype"]), mode="r", shape=(length, *entry["shape"])
+                self.folder / entry["file"],
+                dtype=np.dtype(entry["dtype"]),
+                mode="r",
+                shape=(length, *entry["shape"]),
             )
         return arrays
 

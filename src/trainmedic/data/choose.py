@@ -80,11 +80,17 @@ def choose_tier(
 
     ``local_ranks`` processes on this node each hold their own RAM tier: they share the half."""
     if requested not in ("auto",) + TIERS:
-        raise TierError(f"tier={requested!r} is not a tier; expected one of 'auto', {', '.join(repr(t) for t in TIERS)}.")
+        raise TierError(
+            f"tier={requested!r} is not a tier; expected one of 'auto', {', '.join(repr(t) for t in TIERS)}."
+        )
     r = resources
     ram_limit = ram_budget if ram_budget is not None else r.ram_available // 2 // max(local_ranks, 1)
-    ram_note = "ram_budget" if ram_budget is not None else "half of the available RAM" + (
-        f" shared by {local_ranks} ranks on this node" if local_ranks > 1 else "")
+    ram_note = (
+        "ram_budget"
+        if ram_budget is not None
+        else "half of the available RAM"
+        + (f" shared by {local_ranks} ranks on this node" if local_ranks > 1 else "")
+    )
     lines = [f"RAM: {format_bytes(r.ram_available)} available; {ram_note}: {format_bytes(ram_limit)}"]
     vram_limit = None
     if cuda and r.vram_free is not None and r.vram_total is not None:
@@ -92,9 +98,14 @@ def choose_tier(
         if planned is not None:
             # A trainmedic.plan Plan: the training step's own reserve, measured before any GPU
             # was touched (the CUDA context is already out of the free memory).
-            headroom, source = int(planned), f"the planned training step (trainmedic plan, batch {vram_headroom.batch_size})"
+            headroom, source = (
+                int(planned),
+                f"the planned training step (trainmedic plan, batch {vram_headroom.batch_size})",
+            )
         else:
-            headroom = int(vram_headroom * r.vram_total) if isinstance(vram_headroom, float) else int(vram_headroom)
+            headroom = (
+                int(vram_headroom * r.vram_total) if isinstance(vram_headroom, float) else int(vram_headroom)
+            )
             source = "the model (vram_headroom)"
         vram_limit = max(0, r.vram_free - headroom)
         lines.append(
@@ -134,7 +145,15 @@ def choose_tier(
     return Decision(requested, lines)
 
 
-def _forced_problem(tier: str, nbytes: int, cuda: bool, random_access: bool, r: Resources, vram_limit: int | None, ram_budget: int | None) -> str:
+def _forced_problem(
+    tier: str,
+    nbytes: int,
+    cuda: bool,
+    random_access: bool,
+    r: Resources,
+    vram_limit: int | None,
+    ram_budget: int | None,
+) -> str:
     need = format_bytes(nbytes)
     if tier == "vram":
         if not cuda:

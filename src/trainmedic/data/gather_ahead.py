@@ -119,8 +119,10 @@ class GatherCrew:
         self.closed = False
         self.busy = 0  # threads holding a claim
         self._begin_pass(None, iter(()))
-        self.workers = [threading.Thread(target=self._work, name=f"{THREAD_NAME}-{i}", daemon=True)
-                        for i in range(threads)]
+        self.workers = [
+            threading.Thread(target=self._work, name=f"{THREAD_NAME}-{i}", daemon=True)
+            for i in range(threads)
+        ]
         for worker in self.workers:
             worker.start()
 
@@ -133,8 +135,12 @@ class GatherCrew:
         self.end: int | None = None  # the number of batches, once jobs ran out
         self.stopping = False
 
-    def serve(self, send: Callable[[Ring, int, int], tuple[Any, ...]], fields: list[np.ndarray],
-              jobs: Iterator[np.ndarray]) -> Iterator[tuple[Any, ...]]:
+    def serve(
+        self,
+        send: Callable[[Ring, int, int], tuple[Any, ...]],
+        fields: list[np.ndarray],
+        jobs: Iterator[np.ndarray],
+    ) -> Iterator[tuple[Any, ...]]:
         """One pass: the batches of ``jobs`` in order, copied to the device."""
         with self.lock:
             self._begin_pass(fields, jobs)

@@ -47,7 +47,9 @@ from trainmedic.errors import DataError, FieldError, MissingExtraError, require
 _FEED_CLASS: Any = None
 
 
-def keras_dataset(loader: Any, inputs: Any = None, targets: Any = None, sample_weights: str | None = None) -> Any:
+def keras_dataset(
+    loader: Any, inputs: Any = None, targets: Any = None, sample_weights: str | None = None
+) -> Any:
     """``loader`` as a ``keras.utils.PyDataset`` for ``model.fit`` (see the module docstring).
 
     ``inputs`` / ``targets``: a field name, a list of names (a model with several inputs or
@@ -110,7 +112,6 @@ def _feed_class(keras: Any) -> type:
     """The PyDataset subclass, defined once Keras is imported (it is an optional dependency)."""
     global _FEED_CLASS
     if _FEED_CLASS is None:
-
         # _Feed first: PyDataset's own __getitem__ and on_epoch_end are placeholders.
         class LoaderFeed(_Feed, keras.utils.PyDataset):
             def __init__(self, loader: Any, layout: tuple, numpy: bool) -> None:
@@ -155,7 +156,9 @@ class _Feed:
             raise TypeError(f"batch index {index!r} is a {type(index).__name__}; expected an int") from None
         n = len(self.loader)
         if not 0 <= index < n:
-            raise IndexError(f"batch {index} is out of range: an epoch of this loader has {n} batches (0..{n - 1})")
+            raise IndexError(
+                f"batch {index} is out of range: an epoch of this loader has {n} batches (0..{n - 1})"
+            )
         caller = _caller(sys._getframe(1))
         with self._lock:
             self._sync_epoch()
@@ -258,7 +261,9 @@ def _layout(fields: tuple[str, ...], inputs: Any, targets: Any, sample_weights: 
         parts.append(_positions("targets", targets, fields) if targets is not None else None)
     if sample_weights is not None:
         if not isinstance(sample_weights, str):
-            raise FieldError(f"sample_weights={sample_weights!r}; expected the name of one field of {list(fields)}")
+            raise FieldError(
+                f"sample_weights={sample_weights!r}; expected the name of one field of {list(fields)}"
+            )
         parts.append(_positions("sample_weights", sample_weights, fields))
     return tuple(parts)
 

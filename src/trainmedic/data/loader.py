@@ -91,7 +91,9 @@ class Loader:
             self.epoch, self._position = epoch + 1, 0
             return
         order = self.order(epoch)
-        for batch in self._tier.epoch(order, batch_slices(len(order), self.batch_size, self.drop_last, start)):
+        for batch in self._tier.epoch(
+            order, batch_slices(len(order), self.batch_size, self.drop_last, start)
+        ):
             if self.epoch != epoch or self._iteration != mine:  # the cursor moved elsewhere
                 return
             self._position += 1
@@ -159,7 +161,9 @@ class Loader:
         specs = ", ".join(s.describe() for s in source.specs)
         n_batches = len(self)
         mine = self.samples_per_epoch
-        last = mine - (n_batches - 1) * self.batch_size if n_batches and not self.drop_last else self.batch_size
+        last = (
+            mine - (n_batches - 1) * self.batch_size if n_batches and not self.drop_last else self.batch_size
+        )
         lines = [
             f"source: {source.kind} {source.description}",
             f"data: {self.length} samples × {format_bytes(source.sample_bytes)} = {format_bytes(self.length * source.sample_bytes)} ({specs})",
@@ -179,7 +183,9 @@ class Loader:
 
     def order(self, epoch: int) -> np.ndarray:
         """The sample indices this rank serves in epoch ``epoch``, in order (the same on every tier)."""
-        order = epoch_order(self.length, shuffle=self.shuffle, seed=self.seed, epoch=epoch, shuffle_block=self.shuffle_block)
+        order = epoch_order(
+            self.length, shuffle=self.shuffle, seed=self.seed, epoch=epoch, shuffle_block=self.shuffle_block
+        )
         return self.shard.indices(order, self.drop_last)
 
     def _order_line(self) -> str:

@@ -87,11 +87,15 @@ def write_partition(
             )
         specs = tuple(f.spec for f in layout)
         if recipe.kind != "sql" and tuple(source.specs) != specs:
-            raise FieldError(f"{source.description} has fields {list(source.specs)} here, {list(specs)} when planned.")
+            raise FieldError(
+                f"{source.description} has fields {list(source.specs)} here, {list(specs)} when planned."
+            )
         for f in layout:
             fds[f.spec.name] = _open_for_write(Path(folder) / f.file)
         crcs = {
-            f.spec.name: OwnedBlocks(part.start * f.spec.sample_bytes, part.stop * f.spec.sample_bytes, f.total_bytes)
+            f.spec.name: OwnedBlocks(
+                part.start * f.spec.sample_bytes, part.stop * f.spec.sample_bytes, f.total_bytes
+            )
             for f in layout
         }
         row = part.start
@@ -151,6 +155,8 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
             written = os.pwrite(fd, data, offset)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise SourceError(f"the disk of the cache folder is full ({exc}); free space or pass another cache_dir=.") from None
+                raise SourceError(
+                    f"the disk of the cache folder is full ({exc}); free space or pass another cache_dir=."
+                ) from None
             raise
         data, offset = data[written:], offset + written

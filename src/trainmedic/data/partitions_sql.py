@@ -71,9 +71,13 @@ def split_sql(source: SqlSource, recipe: Recipe, count: int) -> Split:
             f"are {columns}. Name an integer column that orders the rows (the primary key; add it to "
             f"the SELECT list if it is missing)."
         )
-    _, [(lo, hi)] = _fetch(source, f"SELECT min(_tm.{k}), max(_tm.{k}) FROM ({query}) AS _tm", f"min/max of {key}")
+    _, [(lo, hi)] = _fetch(
+        source, f"SELECT min(_tm.{k}), max(_tm.{k}) FROM ({query}) AS _tm", f"min/max of {key}"
+    )
     if lo is None:
-        raise SourceError(f"the query returned no rows (or only NULL {key}) on {source.url}: {source.description}.")
+        raise SourceError(
+            f"the query returned no rows (or only NULL {key}) on {source.url}: {source.description}."
+        )
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
         raise SourceError(
             f"partition_by={key!r} holds {type(lo).__name__} values ({lo!r}..{hi!r}) in the query's "
@@ -109,7 +113,9 @@ def split_sql(source: SqlSource, recipe: Recipe, count: int) -> Split:
     partitions, start = [], 0
     for p in sorted(counts):
         rows = counts[p]
-        partitions.append(Partition(len(partitions), start, start + rows, lo + p * width, lo + (p + 1) * width))
+        partitions.append(
+            Partition(len(partitions), start, start + rows, lo + p * width, lo + (p + 1) * width)
+        )
         start += rows
     return Split(tuple(partitions), specs, start)
 
@@ -170,7 +176,8 @@ def _fetch(source: SqlSource, sql: str, what: str) -> tuple[list[str], list[tupl
             return list(result.keys()), [tuple(row) for row in result.fetchall()]
     except sa.exc.SQLAlchemyError as exc:
         raise source._error(
-            f"{what} for build_cache failed on", exc,
+            f"{what} for build_cache failed on",
+            exc,
             f"build_cache ran: {sql}\nFix query= or partition_by= so that this runs.",
         ) from exc
     finally:

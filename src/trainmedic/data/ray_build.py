@@ -107,7 +107,9 @@ def build_cache(
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SourceError(f"cannot create the cache folder {str(root)!r} ({exc}); pass cache_dir= a writable folder.") from None
+        raise SourceError(
+            f"cannot create the cache folder {str(root)!r} ({exc}); pass cache_dir= a writable folder."
+        ) from None
     # The private checks of DiskCache are the format's own: a cache this call would rebuild is
     # exactly one load() would rebuild, and vice versa.
     reason = cache.problem()
@@ -127,8 +129,15 @@ def build_cache(
 
 
 def _build(
-    ray: Any, cache: DiskCache, opened: Source, recipe: Recipe, reason: str,
-    address: str | None, workers: int | None, partitions: int | None, bar: Progress,
+    ray: Any,
+    cache: DiskCache,
+    opened: Source,
+    recipe: Recipe,
+    reason: str,
+    address: str | None,
+    workers: int | None,
+    partitions: int | None,
+    bar: Progress,
 ) -> CacheBuild:
     started = time.perf_counter()
     fingerprint = opened.fingerprint()
@@ -199,8 +208,15 @@ def _cluster_cpus(ray: Any) -> int:
 
 
 def _run(
-    ray: Any, recipe: Recipe, plan: Split, layout: list[FieldFile], tmp: Path, fingerprint: str,
-    slots: int, progress: Progress, source: Source,
+    ray: Any,
+    recipe: Recipe,
+    plan: Split,
+    layout: list[FieldFile],
+    tmp: Path,
+    fingerprint: str,
+    slots: int,
+    progress: Progress,
+    source: Source,
 ) -> dict[str, dict[int, int]]:
     """Every partition written by a Ray task, at most ``slots`` at a time; the blocks they own."""
     # max_retries: a task whose worker process died is run again; it rewrites the same bytes.
@@ -253,7 +269,9 @@ def _failed(exc: Exception, part: Partition, plan: Split, recipe: Recipe, source
     )
     if recipe.kind == "sql":
         message += f"(Row numbers in that message count from the partition's first row, row {part.start} of the result.)\n"
-    message += "Nothing was published (the build folder was removed); fix the cause and call build_cache again."
+    message += (
+        "Nothing was published (the build folder was removed); fix the cause and call build_cache again."
+    )
     return type(cause)(message) if isinstance(cause, DataError) else SourceError(message)
 
 

@@ -76,8 +76,9 @@ class Shard:
         mine = self.samples(length, drop_last)
         positions = (
             f"positions {self.rank * mine} to {(self.rank + 1) * mine - 1} of the epoch order, one stretch so "
-            f"this rank reads its own blocks" if self.contiguous else
-            f"positions {self.rank}, {self.rank + self.world_size}, … of the epoch order"
+            f"this rank reads its own blocks"
+            if self.contiguous
+            else f"positions {self.rank}, {self.rank + self.world_size}, … of the epoch order"
         )
         line = (
             f"shard: rank {self.rank} of {self.world_size}: {mine} of {length} samples per epoch "
@@ -128,7 +129,9 @@ def _auto() -> Shard:
         ) from None
     if world_n == 1:
         return Shard(how="WORLD_SIZE=1")
-    return _checked(rank_n, world_n, "RANK/WORLD_SIZE from torchrun", "RANK and WORLD_SIZE in the environment")
+    return _checked(
+        rank_n, world_n, "RANK/WORLD_SIZE from torchrun", "RANK and WORLD_SIZE in the environment"
+    )
 
 
 def _checked(rank: Any, world: Any, how: str, given: str) -> Shard:
@@ -139,7 +142,9 @@ def _checked(rank: Any, world: Any, how: str, given: str) -> Shard:
             )
     rank, world = int(rank), int(world)
     if world < 1:
-        raise DataError(f"{given}: world_size={world} is not allowed; expected the number of processes, at least 1.")
+        raise DataError(
+            f"{given}: world_size={world} is not allowed; expected the number of processes, at least 1."
+        )
     if not 0 <= rank < world:
         raise DataError(
             f"{given}: rank={rank} is outside [0, {world}); expected a rank from 0 to {world - 1} for "

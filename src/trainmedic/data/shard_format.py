@@ -31,7 +31,11 @@ def read_manifest(out: Path) -> dict | None:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise BatchError(f"{str(path)!r} cannot be read as a trainmedic.batch manifest ({exc}); delete the folder to start over.") from None
+        raise BatchError(
+            f"{str(path)!r} cannot be read as a trainmedic.batch manifest ({exc}); delete the folder to start over."
+        ) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BatchError(f"{str(path)!r} is not a {FORMAT} manifest (format {manifest.get('format') if isinstance(manifest, dict) else None!r}).")
+        raise BatchError(
+            f"{str(path)!r} is not a {FORMAT} manifest (format {manifest.get('format') if isinstance(manifest, dict) else None!r})."
+        )
     return manifest

@@ -111,8 +111,15 @@ class HostToDevice:
     ``copier`` replaces :class:`CudaCopier` (tests); ``threads`` overrides :func:`gather_threads`
     (benchmarks)."""
 
-    def __init__(self, specs: Sequence[FieldSpec], device: Any, max_batch: int, *, copier: Any = None,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self,
+        specs: Sequence[FieldSpec],
+        device: Any,
+        max_batch: int,
+        *,
+        copier: Any = None,
+        threads: int | None = None,
+    ) -> None:
         import torch
 
         self.torch = torch
@@ -129,7 +136,9 @@ class HostToDevice:
         self.chunk_rows = chunk_rows(self.max_batch, sample_bytes, self.threads)
         self.slots = ring_slots(self.max_batch, self.chunk_rows, self.threads)
         self._idle: list[Ring] = []  # rings no iterator uses; two live iterators never share slots
-        self._crews: list[GatherCrew] = []  # every ring's threads, stopped by close() or when this is collected
+        self._crews: list[
+            GatherCrew
+        ] = []  # every ring's threads, stopped by close() or when this is collected
         self._closed = False
         self._lock = threading.Lock()
         # The threads reference their crew, never this object: a loader dropped without close() is
@@ -141,8 +150,10 @@ class HostToDevice:
     def describe(self) -> str:
         """One line for explain(): how batches reach the device."""
         how = f"{self.threads} background thread(s)" if self.threads else "the iterating thread"
-        return (f"batches gathered by {how} into a ring of {self.slots} pinned buffers, "
-                f"copied non_blocking on a side stream")
+        return (
+            f"batches gathered by {how} into a ring of {self.slots} pinned buffers, "
+            f"copied non_blocking on a side stream"
+        )
 
     def batch(self, arrays: dict[str, np.ndarray], indices: np.ndarray) -> tuple[Any, ...]:
         """One batch, gathered here: ``indices`` rows of every field, as tensors on the device."""
@@ -157,13 +168,15 @@ class HostToDevice:
         ring.gather(slot, [arrays[s.name] for s in self.specs], indices, 0, len(indices))
         return self._send(ring, slot, len(indices))
 
-    def batches(self, arrays: dict[str, np.ndarray],
-                index_batches: Iterable[np.ndarray]) -> Iterator[tuple[Any, ...]]:
+    def batches(
+        self, arrays: dict[str, np.ndarray], index_batches: Iterable[np.ndarray]
+    ) -> Iterator[tuple[Any, ...]]:
         """One batch per element of ``index_batches``, in order; on CUDA gathered ahead (see the module)."""
         if self.copier is None:
             for indices in index_batches:
-                yield tuple(self.torch.from_numpy(np.take(arrays[s.name], indices, axis=0))
-                            for s in self.specs)
+                yield tuple(
+                    self.torch.from_numpy(np.take(arrays[s.name], indices, axis=0)) for s in self.specs
+                )
             return
         ring = self._take_ring()
         try:
@@ -194,8 +207,9 @@ class HostToDevice:
         stop_crews(crews)
         self._own = None
 
-    def _inline(self, ring: Ring, fields: list[np.ndarray],
-                index_batches: Iterable[np.ndarray]) -> Iterator[tuple[Any, ...]]:
+    def _inline(
+        self, ring: Ring, fields: list[np.ndarray], index_batches: Iterable[np.ndarray]
+    ) -> Iterator[tuple[Any, ...]]:
         for k, indices in enumerate(index_batches):
             slot = k % self.slots
             if ring.events[slot] is not None:

@@ -30,7 +30,9 @@ def make_dataset(path: Path, rows: int = 20_000, seed: int = 0) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     with sqlite3.connect(tmp) as conn:
-        conn.execute("CREATE TABLE samples (id INTEGER PRIMARY KEY, features BLOB NOT NULL, label INTEGER NOT NULL)")
+        conn.execute(
+            "CREATE TABLE samples (id INTEGER PRIMARY KEY, features BLOB NOT NULL, label INTEGER NOT NULL)"
+        )
         conn.executemany(
             "INSERT INTO samples (features, label) VALUES (?, ?)",
             ((features[i].tobytes(), int(labels[i])) for i in range(rows)),

@@ -37,10 +37,50 @@ _SCHEDULER_NAME = re.compile(r"sched|lr_|warmup", re.IGNORECASE)
 #: Method names every framework object has: ``model.train()`` must not reach the user's ``train``.
 _COMMON_METHODS = frozenset(
     {
-        "train", "eval", "to", "cuda", "cpu", "step", "zero_grad", "forward", "parameters", "named_parameters",
-        "state_dict", "load_state_dict", "backward", "item", "update", "append", "extend", "add", "get", "set",
-        "save", "load", "log", "close", "reset", "run", "fit", "predict", "evaluate", "call", "build", "compile",
-        "apply", "items", "keys", "values", "copy", "format", "write", "read", "sum", "mean", "init", "setup",
+        "train",
+        "eval",
+        "to",
+        "cuda",
+        "cpu",
+        "step",
+        "zero_grad",
+        "forward",
+        "parameters",
+        "named_parameters",
+        "state_dict",
+        "load_state_dict",
+        "backward",
+        "item",
+        "update",
+        "append",
+        "extend",
+        "add",
+        "get",
+        "set",
+        "save",
+        "load",
+        "log",
+        "close",
+        "reset",
+        "run",
+        "fit",
+        "predict",
+        "evaluate",
+        "call",
+        "build",
+        "compile",
+        "apply",
+        "items",
+        "keys",
+        "values",
+        "copy",
+        "format",
+        "write",
+        "read",
+        "sum",
+        "mean",
+        "init",
+        "setup",
     }
 )
 #: Decorators that trace a function into a graph: its Python code runs once, not every step.
@@ -232,7 +272,9 @@ class ModuleContext:
             if isinstance(ancestor, ast.ExceptHandler):
                 return True
             if isinstance(ancestor, (ast.If, ast.IfExp)) and self._field.get(child) == "body":
-                if is_rate_limit(ancestor.test) or (isinstance(ancestor, ast.If) and self._leaves(ancestor.body)):
+                if is_rate_limit(ancestor.test) or (
+                    isinstance(ancestor, ast.If) and self._leaves(ancestor.body)
+                ):
                     return True
             child = ancestor
         return False
@@ -241,8 +283,10 @@ class ModuleContext:
         last = body[-1]
         if isinstance(last, (ast.Break, ast.Continue, ast.Return, ast.Raise)):
             return True
-        return isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and (
-            self.qualname(last.value.func) in ("sys.exit", "exit", "quit", "os._exit")
+        return (
+            isinstance(last, ast.Expr)
+            and isinstance(last.value, ast.Call)
+            and (self.qualname(last.value.func) in ("sys.exit", "exit", "quit", "os._exit"))
         )
 
     def calls_local_function(self, call: ast.Call) -> list[ast.AST]:
@@ -252,10 +296,16 @@ class ModuleContext:
         has such a method and a name not every framework object has (``train``, ``step``...)."""
         func = call.func
         if isinstance(func, ast.Name):
-            return [f for f in self.functions_by_name.get(func.id, ()) if not isinstance(self.parent(f), ast.ClassDef)]
+            return [
+                f
+                for f in self.functions_by_name.get(func.id, ())
+                if not isinstance(self.parent(f), ast.ClassDef)
+            ]
         if not isinstance(func, ast.Attribute) or func.attr.startswith("__"):
             return []
-        methods = [f for f in self.functions_by_name.get(func.attr, ()) if isinstance(self.parent(f), ast.ClassDef)]
+        methods = [
+            f for f in self.functions_by_name.get(func.attr, ()) if isinstance(self.parent(f), ast.ClassDef)
+        ]
         if not methods:
             return []
         if isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
@@ -300,7 +350,8 @@ class ModuleContext:
                 if not isinstance(node, ast.Call):
                     continue
                 callees = [
-                    f for f in self.calls_local_function(node)
+                    f
+                    for f in self.calls_local_function(node)
                     if f not in self.step_functions and f not in self.per_step_callers and f is not scope
                 ]
                 if callees and self.runs_every_step(node):
@@ -383,7 +434,9 @@ class ModuleContext:
                 loops.add(innermost)
         return markers, step_functions, loops
 
-    def _runs_every_step(self, function: ast.AST, callers: list[ast.Call], in_loop: dict[ast.Call, bool]) -> bool:
+    def _runs_every_step(
+        self, function: ast.AST, callers: list[ast.Call], in_loop: dict[ast.Call, bool]
+    ) -> bool:
         """A function that does one step is a step function when it is called from a loop (or,
         see the caller, from another step function). One nobody in this module calls is judged
         by its name: a ``train_batch``/``update``/``closure`` helper is, a ``test_backward`` or a
@@ -393,7 +446,9 @@ class ModuleContext:
         return not function.name.startswith("test") and bool(_STEP_HELPER_NAME.search(function.name))
 
     def _find_training_functions(self) -> set[ast.AST]:
-        training = {scope for call in self.step_markers if isinstance(scope := self.function_of(call), FUNCTIONS)}
+        training = {
+            scope for call in self.step_markers if isinstance(scope := self.function_of(call), FUNCTIONS)
+        }
         pending = list(training)
         while pending:
             function = pending.pop()

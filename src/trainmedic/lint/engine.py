@@ -15,7 +15,9 @@ from trainmedic.lint.noqa import is_silenced
 from trainmedic.lint.rules import select_rules
 
 
-def lint_paths(paths: Iterable[str], select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> LintResult:
+def lint_paths(
+    paths: Iterable[str], select: Iterable[str] | None = None, ignore: Iterable[str] | None = None
+) -> LintResult:
     """Lint every Python file under ``paths``. A file that cannot be parsed is reported in
     ``problems`` and the others are still linted; a path that does not exist or an unknown rule
     code raises :class:`~trainmedic.errors.LintError`."""
@@ -42,7 +44,9 @@ def lint_paths(paths: Iterable[str], select: Iterable[str] | None = None, ignore
 def lint_source(source: str, path: str = "<string>", rules: list[Rule] | None = None) -> list[Violation]:
     """Lint Python source text; raises SyntaxError when it does not parse."""
     tree = _parse(source, path)
-    violations, _ = _run(ModuleContext(tree, source, path), select_rules(None, None) if rules is None else rules, strict=True)
+    violations, _ = _run(
+        ModuleContext(tree, source, path), select_rules(None, None) if rules is None else rules, strict=True
+    )
     return violations
 
 
@@ -60,7 +64,9 @@ def lint_bytes(data: bytes, path: str, rules: list[Rule]) -> tuple[list[Violatio
     except ValueError as exc:  # source with NUL bytes
         return [], [FileProblem(path, f"not Python source ({exc}); {_NOT_CHECKED}")]
     except (RecursionError, MemoryError):
-        return [], [FileProblem(path, f"an expression is nested too deeply for Python's parser; {_NOT_CHECKED}")]
+        return [], [
+            FileProblem(path, f"an expression is nested too deeply for Python's parser; {_NOT_CHECKED}")
+        ]
     return _run(ModuleContext(tree, source, path), rules)
 
 
@@ -74,7 +80,9 @@ def _parse(source: str, path: str) -> ast.Module:
         return ast.parse(source, filename=path)
 
 
-def _run(context: ModuleContext, rules: list[Rule], strict: bool = False) -> tuple[list[Violation], list[FileProblem]]:
+def _run(
+    context: ModuleContext, rules: list[Rule], strict: bool = False
+) -> tuple[list[Violation], list[FileProblem]]:
     found: dict[tuple[int, int, str], Violation] = {}
     problems: list[FileProblem] = []
     comments: dict[int, str] | None = None
@@ -85,8 +93,12 @@ def _run(context: ModuleContext, rules: list[Rule], strict: bool = False) -> tup
             if strict:
                 raise
             problems.append(
-                FileProblem(context.path, f"{rule.code} failed on this file ({type(exc).__name__}: {exc}); "
-                            "the other rules still ran. Please report it with the file.", checked=True)
+                FileProblem(
+                    context.path,
+                    f"{rule.code} failed on this file ({type(exc).__name__}: {exc}); "
+                    "the other rules still ran. Please report it with the file.",
+                    checked=True,
+                )
             )
             continue
         for node, message in reported:

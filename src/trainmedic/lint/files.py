@@ -12,8 +12,23 @@ from trainmedic.userfiles import UserFiles
 #: Folders that hold other people's code or build output, never the user's training code.
 _SKIPPED_DIRS = frozenset(
     {
-        ".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", "build", "dist",
-        ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache", "site-packages", ".eggs", ".ipynb_checkpoints",
+        ".git",
+        ".hg",
+        ".svn",
+        ".venv",
+        "venv",
+        "__pycache__",
+        "node_modules",
+        "build",
+        "dist",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".pytest_cache",
+        "site-packages",
+        ".eggs",
+        ".ipynb_checkpoints",
     }
 )
 
@@ -31,9 +46,15 @@ def discover(paths: list[str]) -> tuple[list[str], list[FileProblem]]:
             if _is_python(path):
                 found.append(str(path))
             else:
-                problems.append(FileProblem(str(path), "not a Python file (no .py suffix or python shebang), skipped", True))
+                problems.append(
+                    FileProblem(
+                        str(path), "not a Python file (no .py suffix or python shebang), skipped", True
+                    )
+                )
         else:
-            raise LintError(f"no such file or directory: {given!r}; give Python files or folders that hold them")
+            raise LintError(
+                f"no such file or directory: {given!r}; give Python files or folders that hold them"
+            )
     # One file given twice, or reached through a symlink, is linted once, under its first spelling.
     unique: dict[str, str] = {}
     for name in sorted(found):
@@ -51,11 +72,16 @@ def _walk(root: Path) -> list[str]:
     for folder, dirs, names in os.walk(root):
         # A virtualenv by any name (env/ is also a common name for RL environments' code).
         dirs[:] = sorted(
-            d for d in dirs
-            if d not in _SKIPPED_DIRS and not d.endswith(".egg-info") and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
+            d
+            for d in dirs
+            if d not in _SKIPPED_DIRS
+            and not d.endswith(".egg-info")
+            and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
             and (below_library or os.path.join(folder, d) in user)
         )
-        files.extend(os.path.normpath(os.path.join(folder, name)) for name in names if name.endswith((".py", ".pyw")))
+        files.extend(
+            os.path.normpath(os.path.join(folder, name)) for name in names if name.endswith((".py", ".pyw"))
+        )
     return files
 
 

@@ -21,7 +21,7 @@ def normalise(qualname: str) -> str:
     dotted = qualname + "."
     for spelling, canonical in _SAME_API:
         if dotted.startswith(spelling):
-            dotted = canonical + dotted[len(spelling):]
+            dotted = canonical + dotted[len(spelling) :]
     return dotted[:-1]
 
 

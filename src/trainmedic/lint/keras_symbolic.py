@@ -23,28 +23,63 @@ _INPUTS = frozenset({"keras.Input", "keras.layers.Input"})
 #: Methods whose arguments are real tensors at run time, whatever the module does around them.
 _RUNTIME_METHODS = frozenset(
     {
-        "call", "__call__", "train_step", "test_step", "predict_step", "compute_output_spec",
+        "call",
+        "__call__",
+        "train_step",
+        "test_step",
+        "predict_step",
+        "compute_output_spec",
         "compute_output_shape",
     }
 )
 #: keras.ops / keras.backend (and tf) functions that give plain Python values for a symbolic tensor.
 _STATIC = frozenset(
     {
-        "shape", "int_shape", "ndim", "dtype", "is_tensor", "is_keras_tensor", "count_params",
+        "shape",
+        "int_shape",
+        "ndim",
+        "dtype",
+        "is_tensor",
+        "is_keras_tensor",
+        "count_params",
         "standardize_dtype",
     }
 )
 #: tf functions that do not convert their argument to a tensor.
 _NOT_OPS = (
-    "tensorflow.nest.", "tensorflow.is_tensor", "tensorflow.TensorShape", "tensorflow.TensorSpec",
-    "tensorflow.function", "tensorflow.config.", "tensorflow.io.gfile.", "tensorflow.get_static_value",
+    "tensorflow.nest.",
+    "tensorflow.is_tensor",
+    "tensorflow.TensorShape",
+    "tensorflow.TensorSpec",
+    "tensorflow.function",
+    "tensorflow.config.",
+    "tensorflow.io.gfile.",
+    "tensorflow.get_static_value",
 )
 #: torch functions that take no tensor to convert (or are not ops at all).
 _NOT_TORCH_OPS = (
-    "torch.is_tensor", "torch.no_grad", "torch.enable_grad", "torch.device", "torch.Size", "torch.manual_seed",
-    "torch.set_", "torch.get_", "torch.cuda.", "torch.backends.", "torch.jit.", "torch.compile", "torch.utils.",
-    "torch.distributed.", "torch.autograd.", "torch.nn.Module", "torch.nn.Parameter", "torch.nn.init.",
-    "torch.save", "torch.load", "torch.from_numpy", "torch.func.",
+    "torch.is_tensor",
+    "torch.no_grad",
+    "torch.enable_grad",
+    "torch.device",
+    "torch.Size",
+    "torch.manual_seed",
+    "torch.set_",
+    "torch.get_",
+    "torch.cuda.",
+    "torch.backends.",
+    "torch.jit.",
+    "torch.compile",
+    "torch.utils.",
+    "torch.distributed.",
+    "torch.autograd.",
+    "torch.nn.Module",
+    "torch.nn.Parameter",
+    "torch.nn.init.",
+    "torch.save",
+    "torch.load",
+    "torch.from_numpy",
+    "torch.func.",
 )
 #: Statements whose blocks may or may not run. ``try/except*`` is Python 3.11+.
 _BRANCHING = tuple(
@@ -59,7 +94,14 @@ _GROWERS = frozenset({"append", "extend", "insert"})
 _MODEL_ENDS = frozenset({"output", "input", "outputs", "inputs"})
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _BINDERS = (
-    ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.Call, *_COMPREHENSIONS
+    ast.Assign,
+    ast.AnnAssign,
+    ast.AugAssign,
+    ast.NamedExpr,
+    ast.For,
+    ast.AsyncFor,
+    ast.Call,
+    *_COMPREHENSIONS,
 )
 
 
@@ -306,7 +348,6 @@ class SymbolicTensors:
         if self.params[function].get(param) != kind:
             self.params[function][param] = kind
             self._state += 1
-
 
 
 def arguments(call: ast.Call) -> list[ast.expr]:

@@ -22,7 +22,13 @@ class Violation:
     message: str
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "line": self.line, "col": self.col, "code": self.code, "message": self.message}
+        return {
+            "path": self.path,
+            "line": self.line,
+            "col": self.col,
+            "code": self.code,
+            "message": self.message,
+        }
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message}"

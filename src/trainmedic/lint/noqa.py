@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 
-_NOQA = re.compile(r"#\s*noqa(?P<colon>\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+_NOQA = re.compile(
+    r"#\s*noqa(?P<colon>\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE
+)
 
 #: Sentinel for a bare ``# noqa``: every code is silenced.
 ALL = frozenset({"*"})

@@ -50,9 +50,16 @@ class Divergence:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "phase": self.phase, "matched": self.matched, "recorded": list(self.recorded),
-                "planned": list(self.planned), "recorded_where": self.recorded_where, "planned_where": self.planned_where,
-                "largest_bytes": self.largest}
+        return {
+            "step": self.step,
+            "phase": self.phase,
+            "matched": self.matched,
+            "recorded": list(self.recorded),
+            "planned": list(self.planned),
+            "recorded_where": self.recorded_where,
+            "planned_where": self.planned_where,
+            "largest_bytes": self.largest,
+        }
 
 
 @dataclass(frozen=True)
@@ -88,12 +95,22 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         def side(s: PeakSide) -> dict[str, Any]:
-            return {"peak_bytes": s.bytes, "reserved_bytes": s.reserved, "peak_step": s.step, "peak_phase": s.phase,
-                    "live_at_peak": list(s.live[:20])}
+            return {
+                "peak_bytes": s.bytes,
+                "reserved_bytes": s.reserved,
+                "peak_step": s.step,
+                "peak_phase": s.phase,
+                "live_at_peak": list(s.live[:20]),
+            }
 
-        return {"planned": side(self.planned), "recorded": side(self.recorded), "peak_error": round(self.peak_error, 4),
-                "reserved_error": round(self.reserved_error, 4),
-                "divergence": self.divergence.to_dict() if self.divergence else None, "notes": list(self.notes)}
+        return {
+            "planned": side(self.planned),
+            "recorded": side(self.recorded),
+            "peak_error": round(self.peak_error, 4),
+            "reserved_error": round(self.reserved_error, 4),
+            "divergence": self.divergence.to_dict() if self.divergence else None,
+            "notes": list(self.notes),
+        }
 
 
 def planned_events(trace: Trace) -> tuple[list[Event], list[Event]]:
@@ -173,8 +190,11 @@ def _peak(model: CachingAllocatorModel, blocks: dict[int, Any], events: list[Eve
     return PeakSide(peak + offset, model.reserved, step, phase, live)
 
 
-def first_divergence(recorded: list[Event], planned: list[Event], min_bytes: int = MIN_BYTES) -> Divergence | None:
+def first_divergence(
+    recorded: list[Event], planned: list[Event], min_bytes: int = MIN_BYTES
+) -> Divergence | None:
     """The first stretch, per step and phase in order, where the two sequences of large events differ."""
+
     def by_part(events: list[Event]) -> dict[tuple[int, str], list[Event]]:
         parts: dict[tuple[int, str], list[Event]] = {}
         for event in events:
@@ -189,11 +209,15 @@ def first_divergence(recorded: list[Event], planned: list[Event], min_bytes: int
             a, b = real.get((step, phase), []), plan.get((step, phase), [])
             tokens_a = [(e.kind, round_size(e.nbytes)) for e in a]
             tokens_b = [(e.kind, round_size(e.nbytes)) for e in b]
-            for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, tokens_a, tokens_b, autojunk=False).get_opcodes():
+            for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(
+                None, tokens_a, tokens_b, autojunk=False
+            ).get_opcodes():
                 if tag == "equal":
                     continue
                 return Divergence(
-                    step, phase, i1,
+                    step,
+                    phase,
+                    i1,
                     tuple(_name(e) for e in a[i1:i2][:SHOWN]),
                     tuple(_name(e) for e in b[j1:j2][:SHOWN]),
                     a[i1].where if i1 < i2 else "",

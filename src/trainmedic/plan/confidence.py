@@ -65,21 +65,34 @@ class Confidence:
 
     def to_dict(self) -> dict[str, Any]:
         finite = math.isfinite(self.bound.peak)
-        return {"level": self.level, "peak_error": self.bound.peak if finite else None,
-                "reserved_error": self.bound.reserved if finite else None, "reasons": list(self.reasons)}
+        return {
+            "level": self.level,
+            "peak_error": self.bound.peak if finite else None,
+            "reserved_error": self.bound.reserved if finite else None,
+            "reasons": list(self.reasons),
+        }
 
 
 def confidence_of(device_key: str, is_gpu: bool, estimated: list[str], incomplete: str | None) -> Confidence:
     """The confidence of a plan for ``device_key`` whose estimated parts are ``estimated``."""
     if incomplete is not None:
-        return Confidence(LOWER_BOUND, Bound(math.inf, math.inf), (f"the step was not traced past {incomplete}",))
+        return Confidence(
+            LOWER_BOUND, Bound(math.inf, math.inf), (f"the step was not traced past {incomplete}",)
+        )
     if not is_gpu:
         # The CPU's allocator hands out what tensors ask for: the plan_accuracy_cpu benchmark's 0.7 %.
-        return Confidence(CHECKED, HOST_BOUND, ("the host's allocator, measured by benchmarks/plan_accuracy_cpu.py",))
+        return Confidence(
+            CHECKED, HOST_BOUND, ("the host's allocator, measured by benchmarks/plan_accuracy_cpu.py",)
+        )
     reasons = list(estimated)
     if device_key not in RECORDED_CARDS:
-        reasons.insert(0, f"no step has been recorded on {device_key} yet: its kernels are modelled, not measured "
-                          "(`trainmedic plan --verify` on the card checks them)")
+        reasons.insert(
+            0,
+            f"no step has been recorded on {device_key} yet: its kernels are modelled, not measured "
+            "(`trainmedic plan --verify` on the card checks them)",
+        )
     if reasons:
         return Confidence(ESTIMATED, ESTIMATED_BOUND, tuple(reasons))
-    return Confidence(CHECKED, CHECKED_BOUND, (f"every kernel of this build measured on {RECORDED_CARDS[device_key]}",))
+    return Confidence(
+        CHECKED, CHECKED_BOUND, (f"every kernel of this build measured on {RECORDED_CARDS[device_key]}",)
+    )

@@ -37,7 +37,12 @@ def build_plan(plan: Plan) -> Group:
     if plan.max_batch is not None:
         parts.append(_max_batch(plan))
     if plan.confidence is not None:
-        parts.append(Text(f"how sure: {plan.confidence.describe()}", style="dim" if plan.confidence.level == "checked" else "yellow"))
+        parts.append(
+            Text(
+                f"how sure: {plan.confidence.describe()}",
+                style="dim" if plan.confidence.level == "checked" else "yellow",
+            )
+        )
     if plan.hotspots:
         parts += [Text(""), Text("Hotspots: the largest tensors alive at the peak", style="bold")]
         parts += [_hotspot(h) for h in plan.hotspots]
@@ -65,24 +70,55 @@ def build_verification(verification: Verification, plan: Plan) -> Group:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column, justify in (("", "left"), ("planned", "right"), ("measured", "right"), ("error", "right")):
         table.add_column(column, justify=justify, no_wrap=True)
-    table.add_row("  peak allocated", format_bytes(c.planned.bytes), format_bytes(c.recorded.bytes), f"{c.peak_error:+.1%}")
-    table.add_row("  peak reserved", format_bytes(c.planned.reserved), format_bytes(c.recorded.reserved), f"{c.reserved_error:+.1%}")
-    table.add_row("  peak in", f"step {c.planned.step}, {c.planned.phase}", f"step {c.recorded.step}, {c.recorded.phase}", "")
+    table.add_row(
+        "  peak allocated",
+        format_bytes(c.planned.bytes),
+        format_bytes(c.recorded.bytes),
+        f"{c.peak_error:+.1%}",
+    )
+    table.add_row(
+        "  peak reserved",
+        format_bytes(c.planned.reserved),
+        format_bytes(c.recorded.reserved),
+        f"{c.reserved_error:+.1%}",
+    )
+    table.add_row(
+        "  peak in",
+        f"step {c.planned.step}, {c.planned.phase}",
+        f"step {c.recorded.step}, {c.recorded.phase}",
+        "",
+    )
     parts = [title, table]
     if verification.recorded.out_of_memory:
-        parts.append(Text(f"the card ran out of memory: {result.get('error', 'torch.OutOfMemoryError')}", style="bold red"))
+        parts.append(
+            Text(
+                f"the card ran out of memory: {result.get('error', 'torch.OutOfMemoryError')}",
+                style="bold red",
+            )
+        )
     if c.divergence is None:
-        parts.append(Text("first divergence: none; every allocation of 1 MiB or more matches the card's, in order", style="green"))
+        parts.append(
+            Text(
+                "first divergence: none; every allocation of 1 MiB or more matches the card's, in order",
+                style="green",
+            )
+        )
     else:
         parts.append(Text(f"first divergence: {c.divergence.describe()}"))
     agreed = within_bound(verification, plan)
     if plan.confidence is None or plan.confidence.level == LOWER_BOUND:
-        text = "the plan is a lower bound and the card's peak is at or above it" if agreed else \
-            "the card's peak is BELOW the plan's lower bound: please report it with the trace"
+        text = (
+            "the plan is a lower bound and the card's peak is at or above it"
+            if agreed
+            else "the card's peak is BELOW the plan's lower bound: please report it with the trace"
+        )
     else:
         bound = plan.confidence.bound
-        text = f"within the plan's own bound ({bound.peak:.0%} peak, {bound.reserved:.0%} reserved)" if agreed else \
-            f"OUTSIDE the plan's own bound ({bound.peak:.0%} peak, {bound.reserved:.0%} reserved): please report it with the trace"
+        text = (
+            f"within the plan's own bound ({bound.peak:.0%} peak, {bound.reserved:.0%} reserved)"
+            if agreed
+            else f"OUTSIDE the plan's own bound ({bound.peak:.0%} peak, {bound.reserved:.0%} reserved): please report it with the trace"
+        )
     parts.append(Text(text, style="green" if agreed else "bold red"))
     return Group(*parts)
 
@@ -137,21 +173,49 @@ def _breakdown(plan: Plan) -> Table:
     for label, size, why in rows:
         table.add_row(f"  {label}", format_bytes(size), _share(size, needed), why)
     peak_label = "= peak allocated" if plan.exact else "= peak allocated (at least)"
-    table.add_row(peak_label, format_bytes(plan.peak_bytes), _share(plan.peak_bytes, needed), "torch.cuda.max_memory_allocated" if gpu else "")
+    table.add_row(
+        peak_label,
+        format_bytes(plan.peak_bytes),
+        _share(plan.peak_bytes, needed),
+        "torch.cuda.max_memory_allocated" if gpu else "",
+    )
     if gpu:
         reserve = plan.reserved_bytes - plan.peak_bytes
-        table.add_row("  allocator reserve", format_bytes(reserve), _share(reserve, needed), "reserved - peak: block rounding, cached segments")
-        table.add_row("  cuda context", format_bytes(b.cuda_context), _share(b.cuda_context, needed), "outside the allocator: context, cuBLAS, cuDNN")
+        table.add_row(
+            "  allocator reserve",
+            format_bytes(reserve),
+            _share(reserve, needed),
+            "reserved - peak: block rounding, cached segments",
+        )
+        table.add_row(
+            "  cuda context",
+            format_bytes(b.cuda_context),
+            _share(b.cuda_context, needed),
+            "outside the allocator: context, cuBLAS, cuDNN",
+        )
         table.add_row("= needed", format_bytes(needed), "", "what the card must hold")
         if plan.floor_reserved_bytes is not None and plan.needed_floor_bytes < needed:
-            table.add_row("  cuDNN workspaces", f"-{format_bytes(needed - plan.needed_floor_bytes)}", "",
-                          "its fastest convolution engines' buffers; it picks others when memory is short")
+            table.add_row(
+                "  cuDNN workspaces",
+                f"-{format_bytes(needed - plan.needed_floor_bytes)}",
+                "",
+                "its fastest convolution engines' buffers; it picks others when memory is short",
+            )
             table.add_row("= needed at least", format_bytes(plan.needed_floor_bytes), "", "")
     if plan.margin:
         margin = plan.required_bytes - plan.needed_floor_bytes
-        table.add_row("  margin", format_bytes(margin), "", f"{plan.margin:.0%} for the plan's own error ({plan.confidence.level})")
+        table.add_row(
+            "  margin",
+            format_bytes(margin),
+            "",
+            f"{plan.margin:.0%} for the plan's own error ({plan.confidence.level})",
+        )
         table.add_row("= required", format_bytes(plan.required_bytes), "", "what must fit")
-    kept = f"{plan.headroom:.0%} of {format_bytes(plan.capacity_bytes)} kept free" if plan.headroom else "no headroom kept (--headroom)"
+    kept = (
+        f"{plan.headroom:.0%} of {format_bytes(plan.capacity_bytes)} kept free"
+        if plan.headroom
+        else "no headroom kept (--headroom)"
+    )
     table.add_row("usable after headroom", format_bytes(plan.usable_bytes), "", kept)
     return table
 

@@ -19,7 +19,9 @@ from torch.overrides import TorchFunctionMode
 
 
 def _is_cuda(value: Any) -> bool:
-    return (isinstance(value, torch.device) and value.type == "cuda") or (isinstance(value, str) and value.startswith("cuda"))
+    return (isinstance(value, torch.device) and value.type == "cuda") or (
+        isinstance(value, str) and value.startswith("cuda")
+    )
 
 
 def _is_index(value: Any) -> bool:
@@ -111,11 +113,20 @@ def modules_stay_on_cpu():
         _convert_in_place(module, dtype, memory_format)
         return module
 
-    casts = {"half": torch.float16, "float": torch.float32, "double": torch.float64, "bfloat16": torch.bfloat16}
+    casts = {
+        "half": torch.float16,
+        "float": torch.float32,
+        "double": torch.float64,
+        "bfloat16": torch.bfloat16,
+    }
     originals = {name: getattr(torch.nn.Module, name) for name in casts}
     torch.nn.Module.to, torch.nn.Module.cuda = to, lambda module, device=None: module
     for name, dtype in casts.items():
-        setattr(torch.nn.Module, name, lambda module, dtype=dtype: (_convert_in_place(module, dtype, None), module)[1])
+        setattr(
+            torch.nn.Module,
+            name,
+            lambda module, dtype=dtype: (_convert_in_place(module, dtype, None), module)[1],
+        )
     try:
         yield
     finally:
@@ -129,10 +140,20 @@ def _convert_in_place(module: torch.nn.Module, dtype, memory_format) -> None:
     ``Module._apply`` swaps a fake parameter for its converted copy, which fake tensors refuse
     once anything holds a weak reference to them; setting ``.data`` keeps each parameter the
     same object with the new storage, as a real ``.to()`` without swapping does."""
+
     def convert(t: torch.Tensor) -> torch.Tensor:
-        fmt = memory_format if memory_format is not None and t.dim() == {torch.channels_last: 4, torch.channels_last_3d: 5}.get(memory_format, t.dim()) else None
+        fmt = (
+            memory_format
+            if memory_format is not None
+            and t.dim() == {torch.channels_last: 4, torch.channels_last_3d: 5}.get(memory_format, t.dim())
+            else None
+        )
         target = dtype if dtype is not None and (t.is_floating_point() or t.is_complex()) else None
-        return t.to(dtype=target, memory_format=fmt) if fmt is not None else (t.to(target) if target is not None else t)
+        return (
+            t.to(dtype=target, memory_format=fmt)
+            if fmt is not None
+            else (t.to(target) if target is not None else t)
+        )
 
     with torch.no_grad():
         for sub in module.modules():

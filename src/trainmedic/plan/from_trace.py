@@ -16,14 +16,18 @@ from trainmedic.plan.trace import Trace
 from trainmedic.units import format_bytes
 
 
-def plan_from_trace(trace: Trace, device: Device, capacity_bytes: int, precision: str, headroom: float) -> Plan:
+def plan_from_trace(
+    trace: Trace, device: Device, capacity_bytes: int, precision: str, headroom: float
+) -> Plan:
     events = trace.events
     if device.is_gpu and trace.host_only:
         events = [e for e in events if e[1] not in trace.host_only]
     result = replay(events, trace.allocations, cuda=device.is_gpu)
     # cuDNN's convolution workspaces shrink when memory is short; without them is the floor.
     elastic = {sid for sid, _ in trace.conv_passes if sid is not None}
-    without = replay([e for e in events if e[1] not in elastic], trace.allocations, cuda=True) if elastic else None
+    without = (
+        replay([e for e in events if e[1] not in elastic], trace.allocations, cuda=True) if elastic else None
+    )
     sums = dict.fromkeys(("parameters", "gradients", "optimizer_state", "activations", "temporaries"), 0)
     for sid, nbytes in result.live_at_peak.items():
         sums[_category(sid, trace)] += nbytes

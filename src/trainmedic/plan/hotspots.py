@@ -21,12 +21,49 @@ from trainmedic.userfiles import shown_path
 MIN_SHARE = 0.02
 LIMIT = 5
 
-_ELEMENTWISE = {"sub", "add", "mul", "div", "pow", "abs", "sub_", "add_", "mul_", "exp", "square", "neg", "rsub", "where", "clone"}
-_ATTENTION = {"bmm", "mm", "baddbmm", "_softmax", "_softmax_backward_data", "mul", "div", "add", "sub", "exp", "masked_fill",
-              "native_dropout", "clone", "where", "_to_copy"}
+_ELEMENTWISE = {
+    "sub",
+    "add",
+    "mul",
+    "div",
+    "pow",
+    "abs",
+    "sub_",
+    "add_",
+    "mul_",
+    "exp",
+    "square",
+    "neg",
+    "rsub",
+    "where",
+    "clone",
+}
+_ATTENTION = {
+    "bmm",
+    "mm",
+    "baddbmm",
+    "_softmax",
+    "_softmax_backward_data",
+    "mul",
+    "div",
+    "add",
+    "sub",
+    "exp",
+    "masked_fill",
+    "native_dropout",
+    "clone",
+    "where",
+    "_to_copy",
+}
 
 
-def find_hotspots(live_at_peak: dict[int, int], allocations: dict[int, Allocation], exclude: set[int], batch_size: int, peak: int) -> list[Hotspot]:
+def find_hotspots(
+    live_at_peak: dict[int, int],
+    allocations: dict[int, Allocation],
+    exclude: set[int],
+    batch_size: int,
+    peak: int,
+) -> list[Hotspot]:
     """The largest groups of storages live at the peak, by (user line, op), largest first."""
     groups: dict[str, list[tuple[int, Allocation]]] = defaultdict(list)
     for sid, nbytes in live_at_peak.items():
@@ -54,7 +91,11 @@ def find_hotspots(live_at_peak: dict[int, int], allocations: dict[int, Allocatio
             formula = f"{count} × {formula}"
         if count * representative.nbytes < 0.9 * total:
             formula = f"{formula}; {format_bytes(total)} at this line in all"
-        hotspots.append(Hotspot(_ops(members), _shown(where), total, formula, advise(kind, representative, batch_size, total)))
+        hotspots.append(
+            Hotspot(
+                _ops(members), _shown(where), total, formula, advise(kind, representative, batch_size, total)
+            )
+        )
     return hotspots
 
 
@@ -78,17 +119,23 @@ def formula_of(alloc: Allocation, batch_size: int) -> tuple[str, str]:
     if len(shape) >= 3 and shape[-1] == shape[-2] and shape[-1] >= 64 and base_op in _ATTENTION:
         lead = shape[:-2]
         symbols = _lead_symbols(lead, batch_size, ("H",), fold=True)
-        return "attention", _render(symbols + ["S²"], [*map(str, lead), f"{shape[-1]}²"], itemsize, alloc.nbytes)
+        return "attention", _render(
+            symbols + ["S²"], [*map(str, lead), f"{shape[-1]}²"], itemsize, alloc.nbytes
+        )
     if base_op in _ELEMENTWISE and len(shape) >= 3 and alloc.input_shapes:
         biggest_input = max(math.prod(s) for s in alloc.input_shapes)
         if math.prod(shape) >= 8 * max(1, biggest_input):
             symbols = _lead_symbols(shape[:-3], batch_size, ()) + ["N", "M", "D"]
             return "pairwise", _render(symbols, [str(d) for d in shape], itemsize, alloc.nbytes)
     symbols = _lead_symbols(shape, batch_size, (), fold=len(shape) >= 3)
-    return ("batch" if "B" in symbols else "fixed"), _render(symbols, [str(d) for d in shape], itemsize, alloc.nbytes)
+    return ("batch" if "B" in symbols else "fixed"), _render(
+        symbols, [str(d) for d in shape], itemsize, alloc.nbytes
+    )
 
 
-def _lead_symbols(dims: tuple[int, ...], batch_size: int, names: tuple[str, ...], fold: bool = False) -> list[str]:
+def _lead_symbols(
+    dims: tuple[int, ...], batch_size: int, names: tuple[str, ...], fold: bool = False
+) -> list[str]:
     # ``fold``: a leading axis that is a multiple of the batch is batch × heads folded together;
     # only believed for attention-like and 3-D+ tensors (a flat workspace is not a batch).
     symbols: list[str] = []
@@ -96,7 +143,14 @@ def _lead_symbols(dims: tuple[int, ...], batch_size: int, names: tuple[str, ...]
     for d in dims:
         if d == batch_size and "B" not in symbols:
             symbols.append("B")
-        elif fold and batch_size > 1 and d % batch_size == 0 and d != batch_size and "B" not in symbols and not symbols:
+        elif (
+            fold
+            and batch_size > 1
+            and d % batch_size == 0
+            and d != batch_size
+            and "B" not in symbols
+            and not symbols
+        ):
             symbols.append(f"(B·{d // batch_size})")  # batch and heads folded into one axis
         else:
             symbols.append(next(named, str(d)))

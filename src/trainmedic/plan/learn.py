@@ -57,7 +57,9 @@ def learn_workspaces(trace: Trace, recorded: RecordedStep) -> tuple[list[dict], 
                 conv = passes[event.block]
                 nbytes = found[index].nbytes if index < len(found) else 0
                 learned[(conv.key(), conv.batch)] = nbytes
-    entries = [{"key": key, "batch": batch, "bytes": nbytes} for (key, batch), nbytes in sorted(learned.items())]
+    entries = [
+        {"key": key, "batch": batch, "bytes": nbytes} for (key, batch), nbytes in sorted(learned.items())
+    ]
     return entries, unmatched
 
 
@@ -68,7 +70,12 @@ def _parts(events: list[Event]) -> dict[tuple[int, str], _Part]:
         event = events[index]
         part = parts.setdefault((event.step, event.phase), _Part())
         following = events[index + 1] if index + 1 < len(events) else None
-        if event.kind == "alloc" and following is not None and following.kind == "free" and following.block == event.block:
+        if (
+            event.kind == "alloc"
+            and following is not None
+            and following.kind == "free"
+            and following.block == event.block
+        ):
             part.gaps.setdefault(len(part.skeleton), []).append(event)
             index += 2
             continue

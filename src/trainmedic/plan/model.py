@@ -31,7 +31,13 @@ class Hotspot:
     advice: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "where": self.where, "bytes": self.bytes, "formula": self.formula, "advice": self.advice}
+        return {
+            "op": self.op,
+            "where": self.where,
+            "bytes": self.bytes,
+            "formula": self.formula,
+            "advice": self.advice,
+        }
 
 
 @dataclass(frozen=True)
@@ -126,9 +132,19 @@ class Plan(JsonDocument):
             "exact": self.exact,
             "notes": list(self.notes),
             "warnings": list(self.warnings),
-            **({"needed_floor_bytes": int(self.needed_floor_bytes)} if self.floor_reserved_bytes is not None else {}),
-            **({"confidence": self.confidence.to_dict(), "margin": self.margin, "required_bytes": int(self.required_bytes)}
-               if self.confidence is not None else {}),
+            **(
+                {"needed_floor_bytes": int(self.needed_floor_bytes)}
+                if self.floor_reserved_bytes is not None
+                else {}
+            ),
+            **(
+                {
+                    "confidence": self.confidence.to_dict(),
+                    "margin": self.margin,
+                    "required_bytes": int(self.required_bytes),
+                }
+                if self.confidence is not None
+                else {}
+            ),
             **({"verification": self.verification} if self.verification is not None else {}),
         }
-

@@ -41,9 +41,13 @@ def plan_memory(
     capacity_bytes = resolve_capacity(target, capacity)
     check_headroom(headroom)
     if precision not in PRECISIONS:
-        raise PlanError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}; e.g. precision='bf16'.")
+        raise PlanError(
+            f"precision={precision!r} is not one of {', '.join(PRECISIONS)}; e.g. precision='bf16'."
+        )
     if batch_size is None and not max_batch:
-        raise PlanError("give a batch size to plan (--batch N), or ask for the largest that fits (--max-batch).")
+        raise PlanError(
+            "give a batch size to plan (--batch N), or ask for the largest that fits (--max-batch)."
+        )
     if batch_size is not None:
         check_batch(batch_size)
     if precision == "bf16" and target.is_gpu and "bf16" not in target.peak_flops:
@@ -62,17 +66,25 @@ def plan_memory(
     return plan
 
 
-def _plan(build, batch_size, target: Device, capacity_bytes: int, precision: str, headroom: float, max_batch: bool) -> Plan:
+def _plan(
+    build, batch_size, target: Device, capacity_bytes: int, precision: str, headroom: float, max_batch: bool
+) -> Plan:
     if not max_batch:
-        return plan_from_trace(trace_step(build, batch_size, target, precision), target, capacity_bytes, precision, headroom)
+        return plan_from_trace(
+            trace_step(build, batch_size, target, precision), target, capacity_bytes, precision, headroom
+        )
 
     solution = solve_max_batch(build, target, capacity_bytes, precision, headroom)
     at = batch_size if batch_size is not None else max(1, solution.max_batch or 1)
-    plan = solution.plans.get(at) or plan_from_trace(trace_step(build, at, target, precision), target, capacity_bytes, precision, headroom)
+    plan = solution.plans.get(at) or plan_from_trace(
+        trace_step(build, at, target, precision), target, capacity_bytes, precision, headroom
+    )
     plan = dataclasses.replace(plan, max_batch=solution.max_batch, bytes_per_sample=solution.bytes_per_sample)
     plan.notes = plan.notes + solution.notes
     if plan.margin and solution.max_batch:
-        plan.notes.append(f"max batch keeps {plan.margin:.0%} of the need in reserve for the plan's own error ({plan.confidence.level})")
+        plan.notes.append(
+            f"max batch keeps {plan.margin:.0%} of the need in reserve for the plan's own error ({plan.confidence.level})"
+        )
     return plan
 
 
@@ -88,7 +100,11 @@ def custom_device(capacity_bytes: int) -> Device:
     """A GPU known only by its capacity: planned like an sm80 card with an Ampere-sized context."""
     ampere = get_device("a100-80gb")
     return dataclasses.replace(
-        ampere, key="custom", name=f"a GPU of {format_bytes(capacity_bytes)}", memory_bytes=capacity_bytes, memory_source="given"
+        ampere,
+        key="custom",
+        name=f"a GPU of {format_bytes(capacity_bytes)}",
+        memory_bytes=capacity_bytes,
+        memory_source="given",
     )
 
 
@@ -110,15 +126,21 @@ def parse_capacity(capacity: int | str) -> int:
         except ValueError as exc:
             raise PlanError(f"capacity {capacity!r} is not a size: {exc}") from exc
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise PlanError(f"capacity={capacity!r} is not a positive size; give bytes or a size such as '48GiB'.")
+        raise PlanError(
+            f"capacity={capacity!r} is not a positive size; give bytes or a size such as '48GiB'."
+        )
     return value
 
 
 def check_batch(batch_size: Any) -> None:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise PlanError(f"batch size {batch_size!r} cannot be planned: expected a whole number of samples >= 1 (e.g. --batch 32).")
+        raise PlanError(
+            f"batch size {batch_size!r} cannot be planned: expected a whole number of samples >= 1 (e.g. --batch 32)."
+        )
 
 
 def check_headroom(headroom: Any) -> None:
     if not isinstance(headroom, (int, float)) or isinstance(headroom, bool) or not 0.0 <= headroom < 1.0:
-        raise PlanError(f"headroom={headroom!r} is not a share of the card in [0, 1); e.g. --headroom 0.1 keeps 10 % free.")
+        raise PlanError(
+            f"headroom={headroom!r} is not a share of the card in [0, 1); e.g. --headroom 0.1 keeps 10 % free."
+        )

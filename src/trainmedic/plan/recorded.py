@@ -27,7 +27,13 @@ SCHEMA = "gpu-alloc-trace/1"
 PHASES = ("forward", "backward", "optimizer")
 _ACTIONS = {"a": "alloc", "f": "free", "S": "segment_alloc", "s": "segment_free", "O": "oom"}
 #: The allocator snapshot's names for the actions kept, as ``_record_memory_history`` writes them.
-_SNAPSHOT_ACTIONS = {"alloc": "a", "free_requested": "f", "segment_alloc": "S", "segment_free": "s", "oom": "O"}
+_SNAPSHOT_ACTIONS = {
+    "alloc": "a",
+    "free_requested": "f",
+    "segment_alloc": "S",
+    "segment_free": "s",
+    "oom": "O",
+}
 
 
 @dataclass(frozen=True)
@@ -79,9 +85,21 @@ class RecordedStep:
         frames: dict[str, int] = {}
         rows = []
         for event in self.events:
-            rows.append(["a" if event.kind == "alloc" else "f", event.nbytes, event.block, frames.setdefault(event.where, len(frames))])
-        return {"schema": SCHEMA, "result": dict(self.result), "frames": list(frames), "events": rows,
-                "segments": list(self.segments)}
+            rows.append(
+                [
+                    "a" if event.kind == "alloc" else "f",
+                    event.nbytes,
+                    event.block,
+                    frames.setdefault(event.where, len(frames)),
+                ]
+            )
+        return {
+            "schema": SCHEMA,
+            "result": dict(self.result),
+            "frames": list(frames),
+            "events": rows,
+            "segments": list(self.segments),
+        }
 
 
 def load_recorded(path: str | Path) -> RecordedStep:
@@ -92,9 +110,13 @@ def load_recorded(path: str | Path) -> RecordedStep:
         with opener(path, "rt", encoding="utf-8") as handle:
             document = json.load(handle)
     except FileNotFoundError:
-        raise PlanError(f"recorded trace {path} does not exist; expected a gpu-alloc-trace/1 file written by `trainmedic plan --verify`.") from None
+        raise PlanError(
+            f"recorded trace {path} does not exist; expected a gpu-alloc-trace/1 file written by `trainmedic plan --verify`."
+        ) from None
     except (OSError, ValueError, EOFError) as exc:
-        raise PlanError(f"recorded trace {path} cannot be read as JSON ({exc}); expected a gpu-alloc-trace/1 file.") from exc
+        raise PlanError(
+            f"recorded trace {path} cannot be read as JSON ({exc}); expected a gpu-alloc-trace/1 file."
+        ) from exc
     return parse_recorded(document, str(path))
 
 
@@ -102,16 +124,22 @@ def parse_recorded(document: Any, source: str = "the trace") -> RecordedStep:
     """A ``RecordedStep`` from a ``gpu-alloc-trace/1`` document."""
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
-        raise PlanError(f"{source} is not a {SCHEMA} document (schema {found!r}); record one with `trainmedic plan --verify`.")
+        raise PlanError(
+            f"{source} is not a {SCHEMA} document (schema {found!r}); record one with `trainmedic plan --verify`."
+        )
     try:
         frames = [str(f) for f in document["frames"]]
         rows = [(str(a), int(size), int(block), int(frame)) for a, size, block, frame in document["events"]]
         result = dict(document["result"])
         peaks = int(result["peak_bytes"]), int(result["reserved_bytes"])
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise PlanError(f"{source} has a malformed {SCHEMA} body ({type(exc).__name__}: {exc}); expected events, frames and result.") from exc
+        raise PlanError(
+            f"{source} has a malformed {SCHEMA} body ({type(exc).__name__}: {exc}); expected events, frames and result."
+        ) from exc
     if min(peaks) <= 0:
-        raise PlanError(f"{source} records no allocation (peak {peaks[0]} B, reserved {peaks[1]} B); record a training step.")
+        raise PlanError(
+            f"{source} records no allocation (peak {peaks[0]} B, reserved {peaks[1]} B); record a training step."
+        )
     events, segments, oom = [], [], False
     phases = _PhaseReader()
     for action, size, block, frame in rows:
@@ -146,9 +174,14 @@ def from_snapshot(snapshot: dict[str, Any], result: dict[str, Any], device_index
         if action is None:
             continue
         block = blocks.setdefault(entry["addr"], len(blocks)) if action in "af" else int(entry["addr"])
-        key = " < ".join(f'{f["filename"].split("site-packages/")[-1]}:{f["line"]}:{f["name"]}' for f in entry.get("frames", [])[:6])
+        key = " < ".join(
+            f"{f['filename'].split('site-packages/')[-1]}:{f['line']}:{f['name']}"
+            for f in entry.get("frames", [])[:6]
+        )
         rows.append([action, int(entry["size"]), block, frames.setdefault(key, len(frames))])
-    return parse_recorded({"schema": SCHEMA, "result": result, "frames": list(frames), "events": rows}, "the recorded steps")
+    return parse_recorded(
+        {"schema": SCHEMA, "result": result, "frames": list(frames), "events": rows}, "the recorded steps"
+    )
 
 
 class _PhaseReader:

@@ -42,7 +42,9 @@ class Solution:
     sides: list[bool] = field(default_factory=list)
 
 
-def solve_max_batch(build: Callable[[int], Any], device: Device, capacity_bytes: int, precision: str, headroom: float) -> Solution:
+def solve_max_batch(
+    build: Callable[[int], Any], device: Device, capacity_bytes: int, precision: str, headroom: float
+) -> Solution:
     solution = Solution(None, None)
     limit = int(capacity_bytes * (1.0 - headroom))
 
@@ -50,7 +52,9 @@ def solve_max_batch(build: Callable[[int], Any], device: Device, capacity_bytes:
         # What must fit: the floor (cuDNN gives up its largest workspaces before an OOM) plus a
         # margin for the plan's own error, as far as the recorded cases bound it.
         if batch not in solution.plans:
-            solution.plans[batch] = plan_from_trace(trace_step(build, batch, device, precision), device, capacity_bytes, precision, headroom)
+            solution.plans[batch] = plan_from_trace(
+                trace_step(build, batch, device, precision), device, capacity_bytes, precision, headroom
+            )
         return solution.plans[batch].required_bytes
 
     if need(FIRST[0]) > limit:
@@ -69,19 +73,25 @@ def solve_max_batch(build: Callable[[int], Any], device: Device, capacity_bytes:
             break
         candidate = _next_candidate(solution, best, over, limit, need)
         if candidate is None:
-            solution.notes.append(f"peak memory does not grow with the batch up to {best}; any batch size fits")
+            solution.notes.append(
+                f"peak memory does not grow with the batch up to {best}; any batch size fits"
+            )
             return solution
         if candidate in solution.plans:
             break
         solution.sides.append(need(candidate) <= limit)
     fits = [b for b in solution.plans if need(b) <= limit]
     if max(fits) >= CEILING:
-        solution.notes.append(f"no limit found up to batch {CEILING:,}: peak memory barely grows with the batch")
+        solution.notes.append(
+            f"no limit found up to batch {CEILING:,}: peak memory barely grows with the batch"
+        )
         return solution
     solution.max_batch = max(fits)
     fails = [b for b in solution.plans if need(b) > limit]
     if not fails or min(fails) != solution.max_batch + 1:
-        solution.notes.append(f"batch {solution.max_batch} is the largest traced to fit; batch {solution.max_batch + 1} was not traced")
+        solution.notes.append(
+            f"batch {solution.max_batch} is the largest traced to fit; batch {solution.max_batch + 1} was not traced"
+        )
     lo, hi = sorted(solution.plans)[0], sorted(solution.plans)[-1]
     solution.bytes_per_sample = (need(hi) - need(lo)) / (hi - lo) if hi > lo else None
     traced = ", ".join(str(b) for b in sorted(solution.plans))
@@ -92,14 +102,18 @@ def solve_max_batch(build: Callable[[int], Any], device: Device, capacity_bytes:
     return solution
 
 
-def _next_candidate(solution: Solution, best: int, over: int | None, limit: int, need: Callable[[int], int]) -> int | None:
+def _next_candidate(
+    solution: Solution, best: int, over: int | None, limit: int, need: Callable[[int], int]
+) -> int | None:
     traced = sorted(solution.plans)
     if over is None:
         a, b = traced[-2], traced[-1]
         if need(b) <= need(a):  # flat so far: the peak is not in the batch-sized part yet
             return None if b >= CEILING else min(CEILING, b * 8)
     narrow = over is not None and over - best <= max(NARROW_MIN, best * NARROW_SHARE)
-    if over is not None and (narrow or (len(solution.sides) >= 2 and solution.sides[-1] == solution.sides[-2])):
+    if over is not None and (
+        narrow or (len(solution.sides) >= 2 and solution.sides[-1] == solution.sides[-2])
+    ):
         # Near the limit the need is a staircase (the allocator grows in 2 MiB segments), which
         # no fitted curve resolves; and a fit that keeps landing on one side is bending. The
         # middle of the bracket settles both in a few traces.
@@ -112,7 +126,9 @@ def _next_candidate(solution: Solution, best: int, over: int | None, limit: int,
     return min(candidate, CEILING)
 
 
-def _solve_fit(solution: Solution, best: int, over: int | None, limit: int, need: Callable[[int], int]) -> int:
+def _solve_fit(
+    solution: Solution, best: int, over: int | None, limit: int, need: Callable[[int], int]
+) -> int:
     """The largest batch a fitted memory model puts under the limit.
 
     A quadratic through the three traces nearest the limit: activations grow linearly with the

@@ -31,7 +31,9 @@ def split_spec(spec: str) -> BuildSpec:
     separator is a file; anything else a module.
     """
     if not spec or not spec.strip():
-        raise PlanError("no build function given; expected PATH.py:FUNCTION or package.module:FUNCTION, e.g. model.py:build.")
+        raise PlanError(
+            "no build function given; expected PATH.py:FUNCTION or package.module:FUNCTION, e.g. model.py:build."
+        )
     target, _, function = spec.rpartition(":") if ":" in spec.replace(":\\", "") else (spec, "", "")
     is_file = target.endswith((".py", ".pyw")) or "/" in target or "\\" in target
     return BuildSpec(target, function or DEFAULT_FUNCTION, is_file)
@@ -47,11 +49,17 @@ def load_build(spec: str) -> Callable[[int], Any]:
     module = _import_file(Path(target)) if is_file else _import_module(target)
     build = getattr(module, function, None)
     if build is None:
-        names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__)
+        names = sorted(
+            n
+            for n, v in vars(module).items()
+            if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
+        )
         hint = f"; functions it defines: {', '.join(names)}" if names else ""
         raise PlanError(f"{target} has no function {function!r}{hint}. Name it as {target}:FUNCTION.")
     if not callable(build):
-        raise PlanError(f"{target}:{function} is a {type(build).__name__}, not a function taking the batch size.")
+        raise PlanError(
+            f"{target}:{function} is a {type(build).__name__}, not a function taking the batch size."
+        )
     return build
 
 
@@ -62,7 +70,9 @@ def _import_file(path: Path) -> Any:
     name = f"trainmedic_plan_{resolved.stem}_{abs(hash(str(resolved))):x}"
     module_spec = importlib.util.spec_from_file_location(name, resolved)
     if module_spec is None or module_spec.loader is None:
-        raise PlanError(f"{path} cannot be imported as Python; expected a .py file that defines build(batch_size).")
+        raise PlanError(
+            f"{path} cannot be imported as Python; expected a .py file that defines build(batch_size)."
+        )
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     folder = str(resolved.parent)
@@ -72,7 +82,9 @@ def _import_file(path: Path) -> Any:
         module_spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(name, None)
-        raise PlanError(f"importing {path} raised {type(exc).__name__}: {exc}{_line_in(exc, resolved)}") from exc
+        raise PlanError(
+            f"importing {path} raised {type(exc).__name__}: {exc}{_line_in(exc, resolved)}"
+        ) from exc
     return module
 
 
@@ -81,7 +93,9 @@ def _import_module(name: str) -> Any:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and (exc.name == name or name.startswith(exc.name + ".")):
-            raise PlanError(f"no module named {name!r}; expected PATH.py:FUNCTION or an importable package.module:FUNCTION.") from exc
+            raise PlanError(
+                f"no module named {name!r}; expected PATH.py:FUNCTION or an importable package.module:FUNCTION."
+            ) from exc
         raise PlanError(f"importing {name} raised ModuleNotFoundError: {exc}") from exc
     except Exception as exc:
         raise PlanError(f"importing {name} raised {type(exc).__name__}: {exc}") from exc

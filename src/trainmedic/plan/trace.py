@@ -67,8 +67,13 @@ class Trace:
     step_counter_bytes: int = 0
 
 
-def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, precision: str = "fp32",
-               observe: Callable[..., None] | None = None) -> Trace:
+def trace_step(
+    build: Callable[[int], Any],
+    batch_size: int,
+    device: Device,
+    precision: str = "fp32",
+    observe: Callable[..., None] | None = None,
+) -> Trace:
     """Run ``build(batch_size)`` and a full training step on fake tensors; record every storage.
 
     ``precision`` is a key of ``PRECISIONS``: ``plan_memory`` checks it before any trace.
@@ -79,7 +84,14 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
     gpu = CudaKernels(device) if device.is_gpu else None
     tracker = StorageTracker(on_op=_both(gpu, observe))
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake, tracker, CudaToCpu(), DeepcopyByClone(), modules_stay_on_cpu(), _fake_state_restored() as originals:
+    with (
+        fake,
+        tracker,
+        CudaToCpu(),
+        DeepcopyByClone(),
+        modules_stay_on_cpu(),
+        _fake_state_restored() as originals,
+    ):
         parts = call_build(build, batch_size)
         model, inputs, optimizer, loss_fn = unpack_build(parts, build)
         trace = Trace(batch_size, tracker.events, tracker.allocations, phase_marks=tracker.phase_marks)
@@ -100,9 +112,16 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
             return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
         try:
-            on_target = FunctionsAsOnTarget(device, trace.notes) if gpu is not None else contextlib.nullcontext()
-            with _module_stack(tracker, model), GradFnLabeller(tracker), on_target, _quiet_hook_warnings(), \
-                    cuda_autocast or contextlib.nullcontext():
+            on_target = (
+                FunctionsAsOnTarget(device, trace.notes) if gpu is not None else contextlib.nullcontext()
+            )
+            with (
+                _module_stack(tracker, model),
+                GradFnLabeller(tracker),
+                on_target,
+                _quiet_hook_warnings(),
+                cuda_autocast or contextlib.nullcontext(),
+            ):
                 for _ in range(2):
                     _one_step(tracker, trace, model, inputs, optimizer, loss_fn, autocast)
         except PlanError:
@@ -113,7 +132,9 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
         trace.notes.append("no optimizer in build(): forward and backward only, no optimizer state")
     trace.notes.extend(dict.fromkeys(tracker.notes))
     for where in tracker.stand_ins:
-        trace.warnings.append(f".item() at {where} has no value under planning; a stand-in value let the step go on")
+        trace.warnings.append(
+            f".item() at {where} has no value under planning; a stand-in value let the step go on"
+        )
     if gpu is not None:
         trace.notes.extend(gpu.sdpa_calls)
         trace.conv_passes = gpu.conv_passes
@@ -124,7 +145,9 @@ def trace_step(build: Callable[[int], Any], batch_size: int, device: Device, pre
     return trace
 
 
-def _both(first: Callable[..., None] | None, second: Callable[..., None] | None) -> Callable[..., None] | None:
+def _both(
+    first: Callable[..., None] | None, second: Callable[..., None] | None
+) -> Callable[..., None] | None:
     if first is None or second is None:
         return first or second
 
@@ -174,7 +197,9 @@ def unpack_build(parts: Any, build: Callable) -> tuple:
         )
     loss_fn = parts.get("loss_fn")
     if loss_fn is not None and not callable(loss_fn):
-        raise PlanError(f"'loss_fn' is a {type(loss_fn).__name__}, expected a callable taking the model's output.")
+        raise PlanError(
+            f"'loss_fn' is a {type(loss_fn).__name__}, expected a callable taking the model's output."
+        )
     return model, inputs, parts.get("optimizer"), loss_fn
 
 
@@ -199,14 +224,28 @@ def tensors_of(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _adopt_state(tracker: StorageTracker, fake: FakeTensorMode, model: torch.nn.Module, inputs: Any, trace: Trace,
-                 cuda: bool, originals: list) -> None:
+def _adopt_state(
+    tracker: StorageTracker,
+    fake: FakeTensorMode,
+    model: torch.nn.Module,
+    inputs: Any,
+    trace: Trace,
+    cuda: bool,
+    originals: list,
+) -> None:
     # A model built before tracing (at import, say) holds real tensors: plan fake stand-ins of
     # them, and give the user's module its own tensors back afterwards.
-    real = [(m, kind, name, t) for m in model.modules() for kind in ("_parameters", "_buffers")
-            for name, t in getattr(m, kind).items() if t is not None and not _is_fake(t)]
+    real = [
+        (m, kind, name, t)
+        for m in model.modules()
+        for kind in ("_parameters", "_buffers")
+        for name, t in getattr(m, kind).items()
+        if t is not None and not _is_fake(t)
+    ]
     if real:
-        trace.warnings.append("the model existed before build() was called; create it inside build() so nothing is allocated")
+        trace.warnings.append(
+            "the model existed before build() was called; create it inside build() so nothing is allocated"
+        )
     stand_ins: dict[int, torch.Tensor] = {}  # one per tensor, so tied weights stay tied
     for module, kind, name, tensor in real:
         stand_in = stand_ins.get(id(tensor))
@@ -302,7 +341,9 @@ def _is_fake(t: torch.Tensor) -> bool:
 
 
 def _make_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optimizer | None:
-    if isinstance(optimizer, torch.optim.Optimizer) and not all(_is_fake(p) for g in optimizer.param_groups for p in g["params"]):
+    if isinstance(optimizer, torch.optim.Optimizer) and not all(
+        _is_fake(p) for g in optimizer.param_groups for p in g["params"]
+    ):
         # Made outside build() on real tensors: plan a twin of it over the fake parameters and
         # leave the user's optimizer untouched.
         kind, defaults = type(optimizer), dict(optimizer.defaults)
@@ -385,13 +426,19 @@ def loss_of(out: Any, loss_fn: Callable | None) -> torch.Tensor:
     else:
         tensors = tensors_of(out if not hasattr(out, "to_tuple") else out.to_tuple())
         if not tensors:
-            raise PlanError(f"the model returned {type(out).__name__} with no tensor; give loss_fn=... in build()'s dict.")
+            raise PlanError(
+                f"the model returned {type(out).__name__} with no tensor; give loss_fn=... in build()'s dict."
+            )
         loss = tensors[0].mean()
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-        raise PlanError(f"the loss is {shape}, expected a scalar tensor; make loss_fn return one number (e.g. .mean()).")
+        raise PlanError(
+            f"the loss is {shape}, expected a scalar tensor; make loss_fn return one number (e.g. .mean())."
+        )
     if not loss.requires_grad:
-        raise PlanError("the loss does not require grad: no parameter of the model took part in it, so there is no backward to plan.")
+        raise PlanError(
+            "the loss does not require grad: no parameter of the model took part in it, so there is no backward to plan."
+        )
     return loss
 
 

@@ -183,7 +183,7 @@ class StorageTracker(TorchDispatchMode):
         birth = next(i for i in range(start - 1, -1, -1) if self.events[i] == (ALLOC, sid))
         moved = self.events[start:]
         del self.events[start:]
-        self.events[birth + 1:birth + 1] = moved
+        self.events[birth + 1 : birth + 1] = moved
         for index in range(birth + 1, len(self.events)):
             kind, other = self.events[index]
             if kind == FREE:
@@ -206,7 +206,9 @@ class StorageTracker(TorchDispatchMode):
             out = self._rnn_workspace(args, out)
         elif func is torch.ops.aten.mkldnn_rnn_layer_backward.default and len(args) > 7:
             # ...and its backward allocates a scratchpad inside the kernel: 16.4 bytes per unit.
-            self.add_transient(int(RNN_SCRATCHPAD_BYTES_PER_UNIT * args[7].numel()), "oneDNN LSTM scratchpad (estimate)", "")
+            self.add_transient(
+                int(RNN_SCRATCHPAD_BYTES_PER_UNIT * args[7].numel()), "oneDNN LSTM scratchpad (estimate)", ""
+            )
         where, module = self.site()
         name = func.__name__.split(".")[0]
         if not where:
@@ -216,7 +218,9 @@ class StorageTracker(TorchDispatchMode):
             if node is not None:
                 where, module = node.metadata.get(_WHERE_KEY, ("", ""))
                 name = f"{name} (backward)"
-        in_shapes = tuple(tuple(a.shape) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor))
+        in_shapes = tuple(
+            tuple(a.shape) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)
+        )
         for tensor in tree_flatten(out)[0]:
             if isinstance(tensor, torch.Tensor):
                 self._track(tensor, name, where, in_shapes, module)
@@ -263,7 +267,9 @@ class StorageTracker(TorchDispatchMode):
             return True
         return 1
 
-    def _track(self, tensor: torch.Tensor, op: str, where: str, in_shapes: tuple, module: str = "") -> int | None:
+    def _track(
+        self, tensor: torch.Tensor, op: str, where: str, in_shapes: tuple, module: str = ""
+    ) -> int | None:
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
@@ -271,17 +277,28 @@ class StorageTracker(TorchDispatchMode):
         sid = self._sids.get(storage)
         if sid is not None:
             return sid
-        sid = self._new_allocation(storage.nbytes(), op, where, tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), in_shapes)
+        sid = self._new_allocation(
+            storage.nbytes(),
+            op,
+            where,
+            tuple(tensor.shape),
+            str(tensor.dtype).replace("torch.", ""),
+            in_shapes,
+        )
         self.allocations[sid].module = module
         self._sids[storage] = sid
         self._refs[sid] = weakref.ref(storage, self._freed_callback(sid))
         return sid
 
-    def _new_allocation(self, nbytes: int, op: str, where: str, shape: tuple, dtype: str, in_shapes: tuple) -> int:
+    def _new_allocation(
+        self, nbytes: int, op: str, where: str, shape: tuple, dtype: str, in_shapes: tuple
+    ) -> int:
         sid = self._next
         self._next += 1
         self.events.append((ALLOC, sid))
-        self.allocations[sid] = Allocation(sid, int(nbytes), op, where, self.phase, shape, dtype, input_shapes=in_shapes)
+        self.allocations[sid] = Allocation(
+            sid, int(nbytes), op, where, self.phase, shape, dtype, input_shapes=in_shapes
+        )
         return sid
 
     def _freed_callback(self, sid: int) -> Callable[[weakref.ref], None]:
@@ -307,7 +324,11 @@ class GradFnLabeller(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if self._tracker.phase == "forward":
-            nodes = [t.grad_fn for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+            nodes = [
+                t.grad_fn
+                for t in tree_flatten(out)[0]
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None
+            ]
             if nodes:
                 label = self._tracker.site()
                 if label[0]:

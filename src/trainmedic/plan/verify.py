@@ -45,8 +45,13 @@ class Verification:
         return str(self.recorded.result.get("device", "the card"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "device": self.device, "torch": self.recorded.result.get("torch"),
-                "oom": self.recorded.out_of_memory, **self.comparison.to_dict()}
+        return {
+            "source": self.source,
+            "device": self.device,
+            "torch": self.recorded.result.get("torch"),
+            "oom": self.recorded.out_of_memory,
+            **self.comparison.to_dict(),
+        }
 
 
 def gpu_problem() -> str | None:
@@ -56,13 +61,21 @@ def gpu_problem() -> str | None:
     except ImportError:
         return "--verify runs the step on a GPU, and torch is not installed here"
     if not torch.cuda.is_available():
-        return ("--verify runs the step on a CUDA GPU and this machine has none (torch.cuda.is_available() is False); "
-                "run it on the card, or compare with a recorded trace: --verify-trace TRACE.json.gz")
+        return (
+            "--verify runs the step on a CUDA GPU and this machine has none (torch.cuda.is_available() is False); "
+            "run it on the card, or compare with a recorded trace: --verify-trace TRACE.json.gz"
+        )
     return None
 
 
-def record_on_gpu(spec: str, batch_size: int, precision: str, record: Path | None = None, timeout_s: float = 600.0,
-                  cap_bytes: int | None = None) -> RecordedStep:
+def record_on_gpu(
+    spec: str,
+    batch_size: int,
+    precision: str,
+    record: Path | None = None,
+    timeout_s: float = 600.0,
+    cap_bytes: int | None = None,
+) -> RecordedStep:
     """Run two real steps of ``spec`` in a child process on this machine's GPU; the recording.
 
     ``cap_bytes`` caps the child's allocator (``torch.cuda.set_per_process_memory_fraction``), as
@@ -73,19 +86,41 @@ def record_on_gpu(spec: str, batch_size: int, precision: str, record: Path | Non
         raise PlanError(problem)
     with tempfile.TemporaryDirectory(prefix="trainmedic-verify-") as folder:
         path = record or Path(folder) / "trace.json.gz"
-        command = [sys.executable, "-m", "trainmedic.plan.verify", spec, str(batch_size), precision, str(path), str(cap_bytes or 0)]
+        command = [
+            sys.executable,
+            "-m",
+            "trainmedic.plan.verify",
+            spec,
+            str(batch_size),
+            precision,
+            str(path),
+            str(cap_bytes or 0),
+        ]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=_child_env(), check=False)
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout_s, env=_child_env(), check=False
+            )
         except subprocess.TimeoutExpired as exc:
-            raise PlanError(f"the real step of {spec} did not finish in {timeout_s:.0f} s on the GPU") from exc
+            raise PlanError(
+                f"the real step of {spec} did not finish in {timeout_s:.0f} s on the GPU"
+            ) from exc
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise PlanError(f"the real step of {spec} at batch {batch_size} failed on the GPU: {last}")
         return load_recorded(path)
 
 
-def verified_plan(spec: str, batch_size: int | None, *, device: str | None, capacity: str | None, precision: str,
-                  headroom: float, recorded: RecordedStep, source: str) -> tuple[Plan, Verification]:
+def verified_plan(
+    spec: str,
+    batch_size: int | None,
+    *,
+    device: str | None,
+    capacity: str | None,
+    precision: str,
+    headroom: float,
+    recorded: RecordedStep,
+    source: str,
+) -> tuple[Plan, Verification]:
     """The plan of ``spec`` at ``batch_size``, and the plan held against ``recorded``."""
     from trainmedic.plan.from_trace import plan_from_trace
     from trainmedic.plan.planner import check_batch, resolve_capacity, resolve_device
@@ -96,9 +131,13 @@ def verified_plan(spec: str, batch_size: int | None, *, device: str | None, capa
         raise PlanError("give the batch size to verify (--batch N)")
     check_batch(batch_size)
     if precision not in PRECISIONS:
-        raise PlanError(f"--precision {precision} is not one of {', '.join(PRECISIONS)}; e.g. --precision bf16.")
+        raise PlanError(
+            f"--precision {precision} is not one of {', '.join(PRECISIONS)}; e.g. --precision bf16."
+        )
     target = resolve_device(device, capacity)
-    check_recording(recorded, batch_size, precision, target, source, spec)  # before the trace: it can take a while
+    check_recording(
+        recorded, batch_size, precision, target, source, spec
+    )  # before the trace: it can take a while
     trace = trace_step(load_build(spec), batch_size, target, precision)
     plan = plan_from_trace(trace, target, resolve_capacity(target, capacity), precision, headroom)
     verification = verify_against(trace, recorded, source, spec)
@@ -106,7 +145,9 @@ def verified_plan(spec: str, batch_size: int | None, *, device: str | None, capa
     return plan, verification
 
 
-def verify_against(trace: Trace, recorded: RecordedStep, source: str, spec: str | None = None) -> Verification:
+def verify_against(
+    trace: Trace, recorded: RecordedStep, source: str, spec: str | None = None
+) -> Verification:
     """Compare the plan's trace with a recording, after checking that it records this build."""
     comparison = compare(trace, recorded)
     measured, planned = recorded.before_step_bytes, comparison.before_step_bytes
@@ -118,18 +159,26 @@ def verify_against(trace: Trace, recorded: RecordedStep, source: str, spec: str 
     return Verification(comparison, recorded, source)
 
 
-def check_recording(recorded: RecordedStep, batch_size: int, precision: str, target, source: str, spec: str | None) -> None:
+def check_recording(
+    recorded: RecordedStep, batch_size: int, precision: str, target, source: str, spec: str | None
+) -> None:
     """A recording of another batch, precision or card is refused with what it does record."""
     result = recorded.result
     if result.get("batch") is not None and int(result["batch"]) != batch_size:
-        raise PlanError(f"{source} records {_what(recorded)}, not batch {batch_size}: {_fix(spec, batch_size)}")
+        raise PlanError(
+            f"{source} records {_what(recorded)}, not batch {batch_size}: {_fix(spec, batch_size)}"
+        )
     if recorded.precision != precision:
-        raise PlanError(f"{source} records a {recorded.precision} step, not {precision}: give --precision {recorded.precision}, "
-                        f"or {_fix(spec, batch_size)}")
+        raise PlanError(
+            f"{source} records a {recorded.precision} step, not {precision}: give --precision {recorded.precision}, "
+            f"or {_fix(spec, batch_size)}"
+        )
     card = recorded_card(result)
     if card is not None and target.is_gpu and target.key != "custom" and card != target.key:
-        raise PlanError(f"{source} was recorded on {result.get('device')} ({card}); the plan is for {target.key}: a plan is held "
-                        f"to a step of its own card: give --device {card}")
+        raise PlanError(
+            f"{source} was recorded on {result.get('device')} ({card}); the plan is for {target.key}: a plan is held "
+            f"to a step of its own card: give --device {card}"
+        )
 
 
 def recorded_card(result: dict[str, Any]) -> str | None:
@@ -181,7 +230,9 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes:
     device = torch.device("cuda")
     torch.cuda.init()
     if cap_bytes:
-        torch.cuda.set_per_process_memory_fraction(cap_bytes / torch.cuda.get_device_properties(0).total_memory)
+        torch.cuda.set_per_process_memory_fraction(
+            cap_bytes / torch.cuda.get_device_properties(0).total_memory
+        )
     build = load_build(spec)
     with device:  # tensors the build makes (a loss_fn's targets too) land on the card
         model, inputs, optimizer, loss_fn = unpack_build(call_build(build, batch_size), build)
@@ -206,11 +257,17 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes:
 
     torch.set_default_device(device)  # tensors made inside forward and the loss
     torch.cuda.memory._record_memory_history(enabled="all", stacks="python", max_entries=4_000_000)
-    result: dict[str, Any] = {"spec": spec, "batch": batch_size, "precision": precision,
-                              "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                              "memory_bytes": torch.cuda.get_device_properties(0).total_memory,
-                              "before_step_bytes": torch.cuda.memory_allocated(), "cap_bytes": cap_bytes or None,
-                              "inputs": [list(t.shape) for t in tensors_of(inputs)]}
+    result: dict[str, Any] = {
+        "spec": spec,
+        "batch": batch_size,
+        "precision": precision,
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "memory_bytes": torch.cuda.get_device_properties(0).total_memory,
+        "before_step_bytes": torch.cuda.memory_allocated(),
+        "cap_bytes": cap_bytes or None,
+        "inputs": [list(t.shape) for t in tensors_of(inputs)],
+    }
     torch.cuda.reset_peak_memory_stats()
     try:
         step()

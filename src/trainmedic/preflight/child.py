@@ -33,13 +33,13 @@ SITE_DIR = str(Path(__file__).resolve().parent / "_site")
 PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
 # Files in a child's TRAINMEDIC_PREFLIGHT_DIR.
-EVENTS = "events.jsonl"        # the Checkpointer's: init, restore, save
-STACK = "stack.txt"            # Python-level dump on SIGUSR2, main thread first
+EVENTS = "events.jsonl"  # the Checkpointer's: init, restore, save
+STACK = "stack.txt"  # Python-level dump on SIGUSR2, main thread first
 FAULTHANDLER = "faulthandler.txt"  # C-level dump on SIGUSR2
-CONFIGS = "configs.json"       # ConfigTracker.snapshot(), at exit and on SIGUSR2
-EXCEPTION = "exception.json"   # the uncaught exception: type, text, frames
-TIMELINE = "steps.txt"         # "step <optimizer id> <t>" lines (save times are in EVENTS)
-SITE_PID = "site.pid"          # the pid of the process that installed the instrumentation
+CONFIGS = "configs.json"  # ConfigTracker.snapshot(), at exit and on SIGUSR2
+EXCEPTION = "exception.json"  # the uncaught exception: type, text, frames
+TIMELINE = "steps.txt"  # "step <optimizer id> <t>" lines (save times are in EVENTS)
+SITE_PID = "site.pid"  # the pid of the process that installed the instrumentation
 SITE_ERRORS = "site_errors.txt"  # what the instrumentation could not do
 STDOUT, STDERR = "stdout.txt", "stderr.txt"
 
@@ -58,7 +58,9 @@ def child_argv(command: str) -> list[str]:
     return argv
 
 
-def child_env(directory: Path, root: Path, extra: Mapping[str, str], hold_at: int | None = None) -> dict[str, str]:
+def child_env(
+    directory: Path, root: Path, extra: Mapping[str, str], hold_at: int | None = None
+) -> dict[str, str]:
     """The user's environment, plus the experiment's ``env``, plus the preflight protocol."""
     env = {**os.environ, **extra}
     for name in (HOLD_VAR, PID_VAR):

@@ -47,7 +47,8 @@ else:  # loaded by its path alone, as a child that must not import trainmedic ma
     import importlib.util as _util
 
     _spec = _util.spec_from_file_location(
-        "_trainmedic_config_tracked", os.path.join(os.path.dirname(os.path.abspath(__file__)), "config_tracked.py")
+        "_trainmedic_config_tracked",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "config_tracked.py"),
     )
     _tracked = _util.module_from_spec(_spec)
     sys.modules[_spec.name] = _tracked
@@ -161,13 +162,25 @@ class ConfigTracker:
         files = []
         for rel, rec in sorted(list(self._records.items()), key=lambda item: item[0]):
             sets = [
-                {"key": key, "old": e[0], "new": e[1], "op": e[2], "writes": e[3],
-                 "read_before": e[4], "read_after": e[5]}
+                {
+                    "key": key,
+                    "old": e[0],
+                    "new": e[1],
+                    "op": e[2],
+                    "writes": e[3],
+                    "read_before": e[4],
+                    "read_after": e[5],
+                }
                 for key, e in list(rec.sets.items())
             ]
             files.append(
-                {"path": rel, "keys": dict(rec.keys), "read": sorted(list(rec.read)), "set": sets,
-                 "copied": rec.copied}
+                {
+                    "path": rel,
+                    "keys": dict(rec.keys),
+                    "read": sorted(list(rec.read)),
+                    "set": sets,
+                    "copied": rec.copied,
+                }
             )
         return {"format": FORMAT, "root": self.root, "pid": os.getpid(), "files": files}
 

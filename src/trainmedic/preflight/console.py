@@ -28,8 +28,11 @@ _VERDICT_TEXT = {
 }
 #: A verdict as the closing count says it: "2 of 5 experiments need attention: 1 failed, 1 stuck."
 _SUMMARY_WORDS = {
-    "failed": "failed", "stuck": "stuck", "resume_failed": "resume failed",
-    "resume_diverged": "resume diverged", "does_not_fit": "does not fit",
+    "failed": "failed",
+    "stuck": "stuck",
+    "resume_failed": "resume failed",
+    "resume_diverged": "resume diverged",
+    "does_not_fit": "does not fit",
 }
 
 
@@ -75,7 +78,12 @@ def _table(report: PreflightReport) -> Table:
     table.add_column("detail", overflow="fold")
     for result in report.experiments:
         word, style = _VERDICT_TEXT[result.verdict]
-        table.add_row(Text(result.name), Text(word, style=style), _time(result.seconds), Text(_detail(result, report.root)))
+        table.add_row(
+            Text(result.name),
+            Text(word, style=style),
+            _time(result.seconds),
+            Text(_detail(result, report.root)),
+        )
     return table
 
 
@@ -85,7 +93,10 @@ def _detail(result: ExperimentResult, root: Path) -> str:
         kind = (result.error or "").split(":", 1)[0] or "error"
         parts.append(f"{kind} at {_at(result.where, root)}" if result.where else (result.error or "failed"))
     elif result.status == "stuck":
-        parts.append(f"still running after {format_budget(result.budget)}" + (f", at {_at(result.where, root)}" if result.where else ""))
+        parts.append(
+            f"still running after {format_budget(result.budget)}"
+            + (f", at {_at(result.where, root)}" if result.where else "")
+        )
     missed = [c for c in result.configs if c.kind == "missed_override"]
     if missed:
         parts.append(f"override missed {', '.join(c.key for c in missed)}")
@@ -124,7 +135,9 @@ def _details(result: ExperimentResult, root: Path) -> list[RenderableType]:
             lines.append(_indent("last lines of stderr:"))
             lines += [_indent(line, 4, style="dim") for line in result.stderr.rstrip().splitlines()[-5:]]
     elif result.status == "stuck":
-        lines.append(_title(result, f"still running after its {format_budget(result.budget)} budget", sep=", "))
+        lines.append(
+            _title(result, f"still running after its {format_budget(result.budget)} budget", sep=", ")
+        )
         lines += _where(result.where, root)
     for issue in result.configs:
         place = f"{issue.file}:{issue.line}" if issue.line else issue.file
@@ -136,7 +149,10 @@ def _details(result: ExperimentResult, root: Path) -> list[RenderableType]:
         resume = result.resume
         style = "red" if resume.failed else ("green" if resume.status == "identical" else "yellow")
         lines.append(_indent(f"resume check: {resume.message}", style=style))
-        lines += [_indent(f"restore skipped {shown_path(p, root)}: {why}", 4, style="dim") for p, why in resume.skipped]
+        lines += [
+            _indent(f"restore skipped {shown_path(p, root)}: {why}", 4, style="dim")
+            for p, why in resume.skipped
+        ]
         lines += _where(resume.where, root, 4)
     elif result.resume_note:
         lines.append(_indent(f"note: {result.resume_note}", style="dim"))
@@ -187,7 +203,11 @@ def _at(where: Where | None, root: Path) -> str:
 def _plan(result: ExperimentResult) -> RenderableType:
     plan = result.plan
     assert plan is not None
-    head = f"plan on {plan.device}, batch {plan.batch}, {plan.precision}" if plan.device else f"plan of {plan.spec}"
+    head = (
+        f"plan on {plan.device}, batch {plan.batch}, {plan.precision}"
+        if plan.device
+        else f"plan of {plan.spec}"
+    )
     if plan.error is not None:
         return _indent(f"{head}: not planned: {plan.error}", style="yellow")
     assert plan.needed_bytes is not None and plan.capacity_bytes is not None
@@ -203,13 +223,18 @@ def _summary(report: PreflightReport) -> Text:
     total = len(report.experiments)
     bad = [r for r in report.experiments if r.verdict != "passed"]
     if not bad:
-        return Text("The experiment passed." if total == 1 else f"All {total} experiments passed.", style="bold green")
+        return Text(
+            "The experiment passed." if total == 1 else f"All {total} experiments passed.", style="bold green"
+        )
     counts: dict[str, int] = {}
     for result in bad:
         counts[result.verdict] = counts.get(result.verdict, 0) + 1
     listed = ", ".join(f"{n} {_SUMMARY_WORDS[v]}" for v, n in counts.items())
     verb = "needs" if len(bad) == 1 else "need"
-    return Text(f"{len(bad)} of {total} experiment{'s' if total != 1 else ''} {verb} attention: {listed}.", style="bold red")
+    return Text(
+        f"{len(bad)} of {total} experiment{'s' if total != 1 else ''} {verb} attention: {listed}.",
+        style="bold red",
+    )
 
 
 def _indent(text: str, by: int = 2, style: str = "") -> Padding:

@@ -109,29 +109,37 @@ def load_settings(overrides: Overrides, cwd: Path | None = None) -> Settings:
     pyproject = find_pyproject(start)
     table = _preflight_table(pyproject) if pyproject is not None else None
     if table is None and not overrides.commands:
-        where = f"{pyproject} has no [{TABLE}] table" if pyproject else f"no pyproject.toml in {start.resolve()} or above it"
+        where = (
+            f"{pyproject} has no [{TABLE}] table"
+            if pyproject
+            else f"no pyproject.toml in {start.resolve()} or above it"
+        )
         raise PreflightError(
             f"no experiments to run: {where}. Declare them there, e.g.\n"
-            f"  [{TABLE}.experiments]\n  toy = \"python train.py --steps 5\"\n"
-            "or give one on the command line: trainmedic preflight --command \"python train.py --steps 5\""
+            f'  [{TABLE}.experiments]\n  toy = "python train.py --steps 5"\n'
+            'or give one on the command line: trainmedic preflight --command "python train.py --steps 5"'
         )
     table = table or {}
     _check_keys(table, _GLOBAL_KEYS, f"[{TABLE}]")
     root = pyproject.parent if pyproject is not None else start.resolve()
 
-    budget = _duration(table.get("budget", DEFAULT_BUDGET), f"[{TABLE}] budget", "budget = \"2m\"")
+    budget = _duration(table.get("budget", DEFAULT_BUDGET), f"[{TABLE}] budget", 'budget = "2m"')
     if overrides.budget is not None:
         budget = _duration(overrides.budget, "--budget", "--budget 2m")
     device = _device(table.get("device"), f"[{TABLE}] device")
     if overrides.device is not None:
         device = _device(overrides.device, "--device")
     limit = table.get("session_limit")
-    session_limit = None if limit is None else _duration(limit, f"[{TABLE}] session_limit", "session_limit = \"9h\"")
+    session_limit = (
+        None if limit is None else _duration(limit, f"[{TABLE}] session_limit", 'session_limit = "9h"')
+    )
     if overrides.session_limit is not None:
         session_limit = _duration(overrides.session_limit, "--session-limit", "--session-limit 9h")
     resume_check = table.get("resume_check", True)
     if not isinstance(resume_check, bool):
-        raise PreflightError(f"[{TABLE}] resume_check = {resume_check!r}: expected true or false, e.g. resume_check = false")
+        raise PreflightError(
+            f"[{TABLE}] resume_check = {resume_check!r}: expected true or false, e.g. resume_check = false"
+        )
     if overrides.resume_check is not None:
         resume_check = overrides.resume_check
 
@@ -144,10 +152,12 @@ def load_settings(overrides: Overrides, cwd: Path | None = None) -> Settings:
     chosen += _ad_hoc(overrides.commands, budget, {e.name for e in chosen}, start.resolve())
     if not chosen:
         raise PreflightError(
-            f"[{TABLE}.experiments] in {pyproject} is empty; add one, e.g. toy = \"python train.py --steps 5\""
+            f'[{TABLE}.experiments] in {pyproject} is empty; add one, e.g. toy = "python train.py --steps 5"'
         )
     declared_run = any(not e.from_command_line for e in chosen)
-    return Settings(root, pyproject if declared_run else None, tuple(chosen), device, session_limit, resume_check)
+    return Settings(
+        root, pyproject if declared_run else None, tuple(chosen), device, session_limit, resume_check
+    )
 
 
 def _preflight_table(pyproject: Path) -> dict[str, Any] | None:
@@ -158,7 +168,9 @@ def _preflight_table(pyproject: Path) -> dict[str, Any] | None:
     except OSError as exc:
         raise PreflightError(f"cannot read {pyproject}: {exc.strerror or exc}") from exc
     except toml.TOMLDecodeError as exc:
-        raise PreflightError(f"{pyproject} is not valid TOML: {exc}; fix the file (or run from another folder)") from exc
+        raise PreflightError(
+            f"{pyproject} is not valid TOML: {exc}; fix the file (or run from another folder)"
+        ) from exc
     table: Any = data
     for part in ("tool", "trainmedic", "preflight"):
         table = table.get(part) if isinstance(table, dict) else None
@@ -186,8 +198,8 @@ def _toml_module():
 def _experiments(table: Any, budget: float, root: Path) -> dict[str, Experiment]:
     if not isinstance(table, dict):
         raise PreflightError(
-            f"[{TABLE}] experiments = {table!r}: expected a table of name = \"command\", "
-            f"e.g. [{TABLE}.experiments] then toy = \"python train.py --steps 5\""
+            f'[{TABLE}] experiments = {table!r}: expected a table of name = "command", '
+            f'e.g. [{TABLE}.experiments] then toy = "python train.py --steps 5"'
         )
     return {str(name): _experiment(str(name), value, budget, root) for name, value in table.items()}
 
@@ -199,32 +211,48 @@ def _experiment(name: str, value: Any, budget: float, root: Path) -> Experiment:
     if not isinstance(value, dict):
         raise PreflightError(
             f"{where} = {value!r}: expected a command string or a table, "
-            f"e.g. {_key(name)} = \"python train.py --steps 5\" or {_key(name)} = {{ command = \"python train.py\" }}"
+            f'e.g. {_key(name)} = "python train.py --steps 5" or {_key(name)} = {{ command = "python train.py" }}'
         )
     where = f"[{TABLE}.experiments.{_key(name)}]"
     _check_keys(value, _EXPERIMENT_KEYS, where)
     if "command" not in value:
-        raise PreflightError(f"{where} has no command; add one, e.g. command = \"python train.py --steps 5\"")
+        raise PreflightError(f'{where} has no command; add one, e.g. command = "python train.py --steps 5"')
     command = _command(value["command"], f"{where} command", name)
     if "budget" in value:
-        budget = _duration(value["budget"], f"{where} budget", "budget = \"2m\"")
+        budget = _duration(value["budget"], f"{where} budget", 'budget = "2m"')
     plan = value.get("plan")
     if plan is not None and (not isinstance(plan, str) or not plan.strip()):
-        raise PreflightError(f"{where} plan = {plan!r}: expected \"FILE.py:FUNCTION\", e.g. plan = \"model.py:build\"")
+        raise PreflightError(
+            f'{where} plan = {plan!r}: expected "FILE.py:FUNCTION", e.g. plan = "model.py:build"'
+        )
     batch = _positive_int(value.get("batch"), f"{where} batch", "batch = 128")
     if plan is not None and batch is None:
-        raise PreflightError(f"{where} has plan = {plan!r} but no batch: add the batch size to plan, e.g. batch = 128")
+        raise PreflightError(
+            f"{where} has plan = {plan!r} but no batch: add the batch size to plan, e.g. batch = 128"
+        )
     precision = value.get("precision", "fp32")
     if not isinstance(precision, str) or precision.lower() not in PRECISIONS:
         raise PreflightError(
-            f"{where} precision = {precision!r}: expected one of {', '.join(PRECISIONS)}, e.g. precision = \"bf16\""
+            f'{where} precision = {precision!r}: expected one of {", ".join(PRECISIONS)}, e.g. precision = "bf16"'
         )
-    steps = _positive_int(value.get("steps"), f"{where} steps", "steps = 40000 (optimizer steps of the full run)")
+    steps = _positive_int(
+        value.get("steps"), f"{where} steps", "steps = 40000 (optimizer steps of the full run)"
+    )
     step_time = value.get("step_time")
     if step_time is not None:
-        step_time = _duration(step_time, f"{where} step_time", "step_time = \"0.62s\" (measured on the target GPU)")
+        step_time = _duration(
+            step_time, f"{where} step_time", 'step_time = "0.62s" (measured on the target GPU)'
+        )
     return Experiment(
-        name, command, budget, plan, batch, precision.lower(), steps, step_time, _env(value.get("env", {}), where),
+        name,
+        command,
+        budget,
+        plan,
+        batch,
+        precision.lower(),
+        steps,
+        step_time,
+        _env(value.get("env", {}), where),
         _cwd(value.get("cwd"), where, root),
     )
 
@@ -241,7 +269,9 @@ def _ad_hoc(commands: tuple[str, ...], budget: float, taken: set[str], cwd: Path
     return out
 
 
-def _choose(declared: dict[str, Experiment], names: tuple[str, ...], pyproject: Path | None) -> list[Experiment]:
+def _choose(
+    declared: dict[str, Experiment], names: tuple[str, ...], pyproject: Path | None
+) -> list[Experiment]:
     if not names:
         return list(declared.values())
     unknown = [n for n in names if n not in declared]
@@ -258,13 +288,19 @@ def _choose(declared: dict[str, Experiment], names: tuple[str, ...], pyproject: 
 def _command(value: Any, where: str, name: str | None = None) -> str:
     """A command line as given; ``name``: the experiment's (None for --command), for the fixes."""
     if not isinstance(value, str) or not value.strip():
-        raise PreflightError(f"{where} = {value!r}: expected a command line, e.g. \"python train.py --steps 5\"")
+        raise PreflightError(
+            f'{where} = {value!r}: expected a command line, e.g. "python train.py --steps 5"'
+        )
     try:
         argv = shlex.split(value)
     except ValueError as exc:
-        raise PreflightError(f"{where} = {value!r} cannot be split into arguments ({exc}); close the quote") from None
+        raise PreflightError(
+            f"{where} = {value!r} cannot be split into arguments ({exc}); close the quote"
+        ) from None
     if not argv:
-        raise PreflightError(f"{where} = {value!r}: expected a command line, e.g. \"python train.py --steps 5\"")
+        raise PreflightError(
+            f'{where} = {value!r}: expected a command line, e.g. "python train.py --steps 5"'
+        )
     refuse_shell_syntax(value.strip(), argv, where, None if name is None else _key(name))
     return value.strip()
 
@@ -285,7 +321,7 @@ def _device(value: Any, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise PreflightError(f"{where} = {value!r}: expected a GPU name, e.g. device = \"t4\"")
+        raise PreflightError(f'{where} = {value!r}: expected a GPU name, e.g. device = "t4"')
     from trainmedic.devices import get_device  # the catalog: a misspelt card fails before anything runs
 
     try:
@@ -293,9 +329,15 @@ def _device(value: Any, where: str) -> str | None:
     except DeviceError as exc:
         # The catalog's message ends with plan's way out for another card (--capacity SIZE);
         # preflight has no such option: it plans only for cards of the catalog.
-        text = re.sub(r"[;,]? ?or give --capacity SIZE \(e\.g\. [^)]*\) for (?:any other|another) card\.?$", "", str(exc))
+        text = re.sub(
+            r"[;,]? ?or give --capacity SIZE \(e\.g\. [^)]*\) for (?:any other|another) card\.?$",
+            "",
+            str(exc),
+        )
         text = text.rstrip(" .;,")
-        raise PreflightError(f"{where} = {value!r}: {text}. `trainmedic plan --list-devices` shows each card's memory.") from None
+        raise PreflightError(
+            f"{where} = {value!r}: {text}. `trainmedic plan --list-devices` shows each card's memory."
+        ) from None
     return value
 
 
@@ -309,12 +351,14 @@ def _positive_int(value: Any, where: str, example: str) -> int | None:
 
 def _env(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise PreflightError(f"{where} env = {value!r}: expected a table of strings, e.g. env = {{ DATA = \"tiny\" }}")
+        raise PreflightError(
+            f'{where} env = {value!r}: expected a table of strings, e.g. env = {{ DATA = "tiny" }}'
+        )
     env = {}
     for key, item in value.items():
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise PreflightError(
-                f"{where} env.{key} = {item!r}: expected a string (environment values are text), e.g. {key} = \"1\""
+                f'{where} env.{key} = {item!r}: expected a string (environment values are text), e.g. {key} = "1"'
             )
         env[str(key)] = str(item)
     return env
@@ -325,7 +369,7 @@ def _cwd(value: Any, where: str, root: Path) -> Path | None:
         return None
     if not isinstance(value, str) or not value.strip() or Path(value).is_absolute():
         raise PreflightError(
-            f"{where} cwd = {value!r}: expected a folder relative to the project root ({root}), e.g. cwd = \"sub\""
+            f'{where} cwd = {value!r}: expected a folder relative to the project root ({root}), e.g. cwd = "sub"'
         )
     folder = (root / value).resolve()
     if not folder.is_dir():

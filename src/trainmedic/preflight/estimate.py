@@ -55,7 +55,9 @@ def cpu_step_time(timeline: Path, saves: Iterable[Save] = ()) -> float | None:
     return statistics.median(intervals)
 
 
-def session_estimate(experiment: Experiment, session_limit: float | None, cpu_step: float | None) -> SessionEstimate | None:
+def session_estimate(
+    experiment: Experiment, session_limit: float | None, cpu_step: float | None
+) -> SessionEstimate | None:
     if experiment.steps is None:
         return None
     steps = experiment.steps
@@ -70,9 +72,13 @@ def session_estimate(experiment: Experiment, session_limit: float | None, cpu_st
         )
     else:
         return SessionEstimate(
-            steps, None, None, None, session_limit,
+            steps,
+            None,
+            None,
+            None,
+            session_limit,
             message=f"full run of {steps} steps: no speed to estimate it with (the tiny run made no optimizer "
-            "steps trainmedic could count); declare step_time = \"0.6s\" measured on the target GPU",
+            'steps trainmedic could count); declare step_time = "0.6s" measured on the target GPU',
         )
     total = steps * step_time
     head = f"full run: {steps} steps x {speed} = {format_duration(total)}"

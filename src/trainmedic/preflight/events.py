@@ -82,8 +82,12 @@ def read_events(path: Path, offset: int = 0) -> Events:
         elif kind == "save" and isinstance(event.get("step"), int):
             digests = event.get("digests") if isinstance(event.get("digests"), dict) else {}
             events.saves.append(
-                Save(event["step"], {str(k): str(v) for k, v in digests.items()},
-                     _seconds(event.get("started")), _seconds(event.get("ended")))
+                Save(
+                    event["step"],
+                    {str(k): str(v) for k, v in digests.items()},
+                    _seconds(event.get("started")),
+                    _seconds(event.get("ended")),
+                )
             )
     return events
 

@@ -29,7 +29,12 @@ class Frame:
     source: str = ""
 
     def to_dict(self, root: Path) -> dict:
-        return {"path": shown_path(self.path, root), "line": self.line, "function": self.function, "source": self.source}
+        return {
+            "path": shown_path(self.path, root),
+            "line": self.line,
+            "function": self.function,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ def resolve(frames: list[Frame], cwd: Path) -> list[Frame]:
 
 @dataclass(frozen=True)
 class Failure:
-    error: str          # the exception line: "ValueError: bad shape"
+    error: str  # the exception line: "ValueError: bad shape"
     frames: list[Frame]  # outermost first
 
 
@@ -83,7 +88,10 @@ def read_exception(path: Path) -> Failure | None:
     """What the child's excepthook wrote, or None (no uncaught exception, or another hook won)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        frames = [Frame(f["path"], int(f["line"] or 0), f["function"], f.get("source") or "") for f in data["frames"]]
+        frames = [
+            Frame(f["path"], int(f["line"] or 0), f["function"], f.get("source") or "")
+            for f in data["frames"]
+        ]
         return Failure(_error_line(data["text"].splitlines(), data["type"]), frames)
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -97,12 +105,12 @@ def parse_traceback(stderr: str) -> Failure | None:
         return None
     frames: list[Frame] = []
     rest: list[str] = []
-    for i, line in enumerate(lines[starts[-1] + 1:]):
+    for i, line in enumerate(lines[starts[-1] + 1 :]):
         match = _PY_FRAME.match(line)
         if match:
             frames.append(Frame(match["path"], int(match["line"]), match["function"].strip()))
         elif not line.startswith((" ", "\t")):
-            rest = lines[starts[-1] + 1 + i:]
+            rest = lines[starts[-1] + 1 + i :]
             break
     error = _error_line(rest, None)
     return Failure(error, frames) if error or frames else None
@@ -115,7 +123,11 @@ def _error_line(lines: list[str], kind: str | None) -> str:
     if kind:
         for line in lines:
             stripped = line.strip()
-            if stripped == kind or stripped.startswith(kind + ":") or re.match(rf"^[\w.]*\.{re.escape(kind)}(:|$)", stripped):
+            if (
+                stripped == kind
+                or stripped.startswith(kind + ":")
+                or re.match(rf"^[\w.]*\.{re.escape(kind)}(:|$)", stripped)
+            ):
                 return stripped
     for line in lines:
         if not line.startswith((" ", "\t")):

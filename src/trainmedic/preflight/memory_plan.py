@@ -26,7 +26,9 @@ from trainmedic.userfiles import UserFiles, shown_path
 RESULT = "plan.json"
 
 
-def plan_check(experiment: Experiment, device: str | None, root: Path, workdir: Path | None = None) -> PlanCheck | None:
+def plan_check(
+    experiment: Experiment, device: str | None, root: Path, workdir: Path | None = None
+) -> PlanCheck | None:
     """The plan of ``experiment.plan`` at its batch on ``device``, or why there is none.
 
     ``workdir``: a fresh folder for the child's files (default: a temporary one, removed after).
@@ -35,9 +37,7 @@ def plan_check(experiment: Experiment, device: str | None, root: Path, workdir: 
         return None
     check = PlanCheck(experiment.plan, device or "", experiment.batch, experiment.precision)
     if device is None:
-        check.error = (
-            "no target GPU to plan for: set device = \"t4\" under [tool.trainmedic.preflight] or pass --device t4"
-        )
+        check.error = 'no target GPU to plan for: set device = "t4" under [tool.trainmedic.preflight] or pass --device t4'
         return check
     if workdir is not None:
         return _run(check, experiment, root, workdir)
@@ -50,8 +50,14 @@ def plan_check(experiment: Experiment, device: str | None, root: Path, workdir: 
 
 def _run(check: PlanCheck, experiment: Experiment, root: Path, workdir: Path) -> PlanCheck:
     argv = [
-        sys.executable, "-m", "trainmedic.preflight.plan_child",
-        experiment.plan or "", str(experiment.batch), check.device, experiment.precision, str(workdir / RESULT),
+        sys.executable,
+        "-m",
+        "trainmedic.preflight.plan_child",
+        experiment.plan or "",
+        str(experiment.batch),
+        check.device,
+        experiment.precision,
+        str(workdir / RESULT),
     ]
     env = child.child_env(workdir, root, experiment.env)
     run = run_child(argv, root, env, workdir, experiment.budget)
@@ -87,8 +93,10 @@ def _error(run: RunOutcome, result: dict | None, root: Path, budget: float) -> s
         if frames:
             # None of the project's frames on the stack: the plan's own work (importing torch,
             # tracing the step). Naming that library line would pass it off as the user's hang.
-            return (f"{head}, outside the project's code (in trainmedic or a library, e.g. still importing torch); "
-                    "if it only needs more time, raise the experiment's budget")
+            return (
+                f"{head}, outside the project's code (in trainmedic or a library, e.g. still importing torch); "
+                "if it only needs more time, raise the experiment's budget"
+            )
         return head
     error, where = describe_failure(run, user, root)
     return f"the plan's process ended before planning: {error}{_at(where, root)}"

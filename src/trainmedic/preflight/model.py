@@ -13,7 +13,11 @@ SCHEMA = "trainmedic.preflight/1"
 
 #: Resume-check states that are a finding (exit code 1), and the verdict each gives; the other
 #: states explain why the resume could not be judged.
-RESUME_VERDICTS = {"not_restored": "resume_failed", "resume_failed": "resume_failed", "diverged": "resume_diverged"}
+RESUME_VERDICTS = {
+    "not_restored": "resume_failed",
+    "resume_failed": "resume_failed",
+    "diverged": "resume_diverged",
+}
 
 
 @dataclass(frozen=True)
@@ -28,8 +32,14 @@ class ConfigIssue:
     related: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "file": self.file, "key": self.key, "line": self.line,
-                "message": self.message, "related": list(self.related)}
+        return {
+            "kind": self.kind,
+            "file": self.file,
+            "key": self.key,
+            "line": self.line,
+            "message": self.message,
+            "related": list(self.related),
+        }
 
 
 @dataclass
@@ -52,10 +62,15 @@ class ResumeCheck:
 
     def to_dict(self, root: Path) -> dict[str, Any]:
         return {
-            "status": self.status, "message": self.message, "killed_after_step": self.killed_after_step,
-            "restored_step": self.restored_step, "compared_steps": self.compared_steps,
-            "diverged_step": self.diverged_step, "objects": self.objects,
-            "skipped": [list(s) for s in self.skipped], "where": self.where.to_dict(root) if self.where else None,
+            "status": self.status,
+            "message": self.message,
+            "killed_after_step": self.killed_after_step,
+            "restored_step": self.restored_step,
+            "compared_steps": self.compared_steps,
+            "diverged_step": self.diverged_step,
+            "objects": self.objects,
+            "skipped": [list(s) for s in self.skipped],
+            "where": self.where.to_dict(root) if self.where else None,
         }
 
 
@@ -184,7 +199,6 @@ class PreflightReport(JsonDocument):
             "experiments": [e.to_dict(self.root) for e in self.experiments],
             "notes": list(self.notes),
         }
-
 
 
 def _last_lines(text: str, count: int = 40) -> str:

@@ -61,7 +61,12 @@ def run_child(
         try:
             try:
                 proc = subprocess.Popen(
-                    argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                    argv,
+                    cwd=cwd,
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
                     start_new_session=True,
                 )
             except OSError as exc:

@@ -21,8 +21,15 @@ from trainmedic.preflight.model import ResumeCheck
 from trainmedic.preflight.process import RunOutcome, file_size, run_child
 
 #: What a killed run leaves that would be mistaken for run C's own (its checkpoints and events stay).
-_INSTRUMENT_FILES = (child.STACK, child.FAULTHANDLER, child.CONFIGS, child.EXCEPTION, child.TIMELINE,
-                     child.SITE_PID, child.SITE_ERRORS)
+_INSTRUMENT_FILES = (
+    child.STACK,
+    child.FAULTHANDLER,
+    child.CONFIGS,
+    child.EXCEPTION,
+    child.TIMELINE,
+    child.SITE_PID,
+    child.SITE_ERRORS,
+)
 
 
 def check_resume(
@@ -58,7 +65,9 @@ def check_resume(
             f"not checked: two fresh runs already differ at step {step} in {_names(names)}, before any kill; "
             "the run is not deterministic (seed every RNG at the start, avoid time- or pid-based seeds), "
             "so a resumed run cannot be compared with it",
-            killed_after_step=killed, diverged_step=step, objects=names,
+            killed_after_step=killed,
+            diverged_step=step,
+            objects=names,
         )
 
     for name in _INSTRUMENT_FILES:
@@ -72,7 +81,9 @@ def check_resume(
     base = {"killed_after_step": killed, "skipped": skipped}
     if c.stuck or c.returncode != 0 or c.start_error:
         error, where = describe_failure(c)
-        state = f"was still running after its {format_budget(budget)} budget" if c.stuck else f"failed: {error}"
+        state = (
+            f"was still running after its {format_budget(budget)} budget" if c.stuck else f"failed: {error}"
+        )
         return ResumeCheck("resume_failed", f"the resumed run {state}", where=where, **base)
     restored = restore.get("step") if restore else None
     if restore is None:
@@ -88,7 +99,8 @@ def check_resume(
         return ResumeCheck(
             "not_restored",
             f"restore() resumed {got}, but step {killed} had been saved before the kill{why}",
-            restored_step=restored if isinstance(restored, int) else None, **base,
+            restored_step=restored if isinstance(restored, int) else None,
+            **base,
         )
     a_saves, c_saves = run_a.by_step(), events_c.by_step()
     compared = sorted(s for s in c_saves if s > restored and s in a_saves)
@@ -107,20 +119,28 @@ def check_resume(
             f"diverged at step {step} in {_names(names)}: after resuming from step {restored} the run no longer "
             f"matches the uninterrupted one. State that is used but not checkpointed (an RNG, a counter, "
             f"the data position) must be passed to ckpt.save() and ckpt.restore()",
-            diverged_step=step, objects=names, **base,
+            diverged_step=step,
+            objects=names,
+            **base,
         )
     later = f"{len(compared)} later save{'s' if len(compared) != 1 else ''} compared"
     return ResumeCheck(
-        "identical", f"resume identical from step {restored} (killed after the save of step {killed}; {later})", **base
+        "identical",
+        f"resume identical from step {restored} (killed after the save of step {killed}; {later})",
+        **base,
     )
 
 
 def _b_did_not_save(b: RunOutcome, kill_at: int, describe_failure) -> ResumeCheck:
     if b.stuck:
-        return ResumeCheck("resume_failed", f"a second fresh run did not save step {kill_at} within its budget")
+        return ResumeCheck(
+            "resume_failed", f"a second fresh run did not save step {kill_at} within its budget"
+        )
     if b.returncode != 0 or b.start_error:
         error, where = describe_failure(b)
-        return ResumeCheck("resume_failed", f"a second fresh run failed before saving step {kill_at}: {error}", where=where)
+        return ResumeCheck(
+            "resume_failed", f"a second fresh run failed before saving step {kill_at}: {error}", where=where
+        )
     return ResumeCheck(
         "inconclusive",
         f"not checked: a second fresh run ran to its end instead of stopping after its save of step {kill_at} "
@@ -128,7 +148,9 @@ def _b_did_not_save(b: RunOutcome, kill_at: int, describe_failure) -> ResumeChec
     )
 
 
-def _first_difference(a: dict[int, Save], b: dict[int, Save], keep: Callable[[int], bool]) -> tuple[int, list[str]] | None:
+def _first_difference(
+    a: dict[int, Save], b: dict[int, Save], keep: Callable[[int], bool]
+) -> tuple[int, list[str]] | None:
     """The first step whose user objects differ, and their names.
 
     The Checkpointer's own ``_rng`` is left out: it holds every global stream the process loaded,

@@ -45,11 +45,19 @@ def run_preflight(settings: Settings, progress: Progress | None = None) -> Prefl
             "measured on the target): nothing to estimate"
         )
     return PreflightReport(
-        settings.root, settings.pyproject, settings.device, settings.session_limit, settings.resume_check, results, notes
+        settings.root,
+        settings.pyproject,
+        settings.device,
+        settings.session_limit,
+        settings.resume_check,
+        results,
+        notes,
     )
 
 
-def _run_experiment(experiment: Experiment, settings: Settings, workdir: Path, say: Callable[[str], None]) -> ExperimentResult:
+def _run_experiment(
+    experiment: Experiment, settings: Settings, workdir: Path, say: Callable[[str], None]
+) -> ExperimentResult:
     cwd = experiment.cwd or settings.root
     user = UserFiles([settings.root, cwd])
     argv = child.child_argv(experiment.command)
@@ -62,14 +70,24 @@ def _run_experiment(experiment: Experiment, settings: Settings, workdir: Path, s
 
     say(f"running (budget {format_budget(experiment.budget)})")
     run = run_child(argv, cwd, env_for(workdir / "run"), workdir / "run", experiment.budget)
-    result = ExperimentResult(experiment.name, experiment.command, experiment.budget, "passed", run.seconds,
-                              run.returncode, stdout=run.stdout, stderr=run.stderr,
-                              from_command_line=experiment.from_command_line)
+    result = ExperimentResult(
+        experiment.name,
+        experiment.command,
+        experiment.budget,
+        "passed",
+        run.seconds,
+        run.returncode,
+        stdout=run.stdout,
+        stderr=run.stderr,
+        from_command_line=experiment.from_command_line,
+    )
     if run.stuck:
         result.status = "stuck"
         result.where = stuck_at(run, user)
         if result.where is None:
-            result.notes.append("no stack dump came back: the process ignored SIGUSR2 or was stuck before Python started")
+            result.notes.append(
+                "no stack dump came back: the process ignored SIGUSR2 or was stuck before Python started"
+            )
     elif run.returncode != 0:
         result.status = "failed"
         result.error, result.where = describe(run)
@@ -84,7 +102,9 @@ def _run_experiment(experiment: Experiment, settings: Settings, workdir: Path, s
         elif result.status != "passed":
             result.resume_note = "resume check not run: the run itself did not pass"
         else:
-            result.resume = check_resume(events, argv, cwd, env_for, workdir, experiment.budget, describe, say)
+            result.resume = check_resume(
+                events, argv, cwd, env_for, workdir, experiment.budget, describe, say
+            )
 
     if experiment.plan is not None:
         say(f"planning {experiment.plan} at batch {experiment.batch}")

@@ -32,9 +32,11 @@ def refuse_shell_syntax(command: str, argv: list[str], where: str, key: str | No
         table = ", ".join(f"{a.split('=', 1)[0]} = {_toml_string(a.split('=', 1)[1])}" for a in assignments)
         if key is None:
             exports = " ".join(shlex.quote(a) for a in assignments)
-            fix = (f"set it for trainmedic itself (its environment reaches the command): "
-                   f"{exports} trainmedic preflight --command {shlex.quote(rest)}, or declare the experiment in "
-                   f"pyproject.toml with env = {{ {table} }}")
+            fix = (
+                f"set it for trainmedic itself (its environment reaches the command): "
+                f"{exports} trainmedic preflight --command {shlex.quote(rest)}, or declare the experiment in "
+                f"pyproject.toml with env = {{ {table} }}"
+            )
         else:
             fix = f"set it in the experiment's table: {key} = {{ command = {_toml_string(rest)}, env = {{ {table} }} }}"
         raise PreflightError(
@@ -45,22 +47,30 @@ def refuse_shell_syntax(command: str, argv: list[str], where: str, key: str | No
     if found is None:
         return
     operator, at = found
-    head = (f"{where} = {command!r}: {operator!r} is shell syntax, but the command runs without a shell "
-            "(the program would get it as an argument); ")
+    head = (
+        f"{where} = {command!r}: {operator!r} is shell syntax, but the command runs without a shell "
+        "(the program would get it as an argument); "
+    )
     if operator in (">", ">>", "&>", "<") or operator[:1].isdigit():
-        fix = ("drop the redirection: the command's stdout and stderr are captured (the report shows their last "
-               "lines), or put the command in a script and run that, e.g. command = \"sh run.sh\"")
+        fix = (
+            "drop the redirection: the command's stdout and stderr are captured (the report shows their last "
+            'lines), or put the command in a script and run that, e.g. command = "sh run.sh"'
+        )
     elif argv and argv[0] == "cd" and operator == "&&" and len(argv) > 1:
         folder, rest = argv[1], command[at + 2 :].strip()
         if key is None:
-            fix = (f"run it from that folder (a --command runs where trainmedic is started): cd {shlex.quote(folder)} "
-                   f"&& trainmedic preflight --command {shlex.quote(rest)}, or declare the experiment in pyproject.toml "
-                   f"with cwd = {_toml_string(folder)}")
+            fix = (
+                f"run it from that folder (a --command runs where trainmedic is started): cd {shlex.quote(folder)} "
+                f"&& trainmedic preflight --command {shlex.quote(rest)}, or declare the experiment in pyproject.toml "
+                f"with cwd = {_toml_string(folder)}"
+            )
         else:
-            fix = (f"instead of cd, give the folder (relative to the project root) as cwd: "
-                   f"{key} = {{ command = {_toml_string(rest)}, cwd = {_toml_string(folder)} }}")
+            fix = (
+                f"instead of cd, give the folder (relative to the project root) as cwd: "
+                f"{key} = {{ command = {_toml_string(rest)}, cwd = {_toml_string(folder)} }}"
+            )
     else:
-        fix = "put the steps in a script and run that, e.g. command = \"sh run.sh\""
+        fix = 'put the steps in a script and run that, e.g. command = "sh run.sh"'
     raise PreflightError(head + fix)
 
 

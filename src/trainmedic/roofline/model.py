@@ -76,8 +76,13 @@ class Ceilings:
         return {p: f / self.bandwidth_bytes_per_s for p, f in self.peak_flops.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "peak_flops": dict(self.peak_flops), "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
-                "ridge": self.ridge, "source": self.source}
+        return {
+            "device": self.device,
+            "peak_flops": dict(self.peak_flops),
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "ridge": self.ridge,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,15 @@ from torch.utils._pytree import tree_flatten
 
 # Not marked ``is_view`` in their schema, yet they move no data: a view of a fresh tensor, an
 # allocation, a constant lifted into the graph.
-_NO_TRAFFIC = {"_unsafe_view", "lift_fresh", "lift_fresh_copy", "alias", "detach", "_record_function_enter_new",
-               "_record_function_exit"}
+_NO_TRAFFIC = {
+    "_unsafe_view",
+    "lift_fresh",
+    "lift_fresh_copy",
+    "alias",
+    "detach",
+    "_record_function_enter_new",
+    "_record_function_exit",
+}
 # Ops that overwrite their first argument without reading it.
 _WRITE_ONLY_TARGET = {"copy_", "fill_", "zero_"}
 
@@ -24,8 +31,12 @@ def op_bytes(func: torch._ops.OpOverload, args: tuple, outputs: Any) -> int:
     schema = func._schema
     # zeros_like(x), new_zeros: the input gives only a shape and a dtype, it is never read.
     metadata_inputs = name.endswith("_like") or name.startswith("new_")
-    written = [index < len(schema.arguments) and schema.arguments[index].alias_info is not None
-               and schema.arguments[index].alias_info.is_write for index in range(len(args))]
+    written = [
+        index < len(schema.arguments)
+        and schema.arguments[index].alias_info is not None
+        and schema.arguments[index].alias_info.is_write
+        for index in range(len(args))
+    ]
     if not any(written) and _tensor_bytes(outputs) == 0:
         return 0  # a query of metadata (prim.device, sym_size): no kernel runs
     moved = 0

@@ -26,7 +26,9 @@ from trainmedic.run.report.model import Report
 class Watch:
     """A context manager around a training loop; ``report`` is set when the block ends."""
 
-    def __init__(self, warmup: int = DEFAULT_WARMUP, steps: int | None = None, interval: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(
+        self, warmup: int = DEFAULT_WARMUP, steps: int | None = None, interval: float = DEFAULT_INTERVAL_S
+    ) -> None:
         self._session = WatchSession(warmup=warmup, max_steps=steps, interval=interval)
         self.report: Report | None = None
 
@@ -37,7 +39,9 @@ class Watch:
     def step(self) -> None:
         self._session.step()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         measurements = self._session.stop()
         if exc_type is None:
             outcome = RunOutcome(0, "completed")
@@ -52,7 +56,9 @@ class Watch:
         return exc_type is not None and issubclass(exc_type, StepLimitReached)
 
 
-def watch(warmup: int = DEFAULT_WARMUP, steps: int | None = None, interval: float = DEFAULT_INTERVAL_S) -> Watch:
+def watch(
+    warmup: int = DEFAULT_WARMUP, steps: int | None = None, interval: float = DEFAULT_INTERVAL_S
+) -> Watch:
     """Watch the training loop in a ``with`` block; ``steps`` stops it after N steady-state steps."""
     return Watch(warmup=warmup, steps=steps, interval=interval)
 

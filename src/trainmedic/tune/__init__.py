@@ -14,7 +14,17 @@ require("torch", "torch", "trainmedic tune")  # tune runs real training steps
 
 from trainmedic.tune.model import SCHEMA, Ceilings, Config, Measurement, Roofline, Row, TuneResult  # noqa: E402
 
-__all__ = ["SCHEMA", "Callbacks", "Ceilings", "Config", "Measurement", "Roofline", "Row", "TuneResult", "tune"]
+__all__ = [
+    "SCHEMA",
+    "Callbacks",
+    "Ceilings",
+    "Config",
+    "Measurement",
+    "Roofline",
+    "Row",
+    "TuneResult",
+    "tune",
+]
 
 
 def __getattr__(name: str):

@@ -65,9 +65,12 @@ class Budget:
         unbounded and only the checks between runs and trials hold the budget.
         """
         left = self.remaining()
-        usable = (left is not None and hasattr(signal, "setitimer")
-                  and threading.current_thread() is threading.main_thread()
-                  and signal.getitimer(signal.ITIMER_REAL)[0] == 0)
+        usable = (
+            left is not None
+            and hasattr(signal, "setitimer")
+            and threading.current_thread() is threading.main_thread()
+            and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+        )
         if not usable:
             yield
             return

@@ -50,7 +50,9 @@ def default_cache_dir() -> Path:
     return Path(base) / "trainmedic"
 
 
-def device_ceilings(device: str = "cpu", *, cache_dir: str | Path | None = None, refresh: bool = False) -> Ceilings:
+def device_ceilings(
+    device: str = "cpu", *, cache_dir: str | Path | None = None, refresh: bool = False
+) -> Ceilings:
     """The roofs of ``device`` ("cpu", "cuda", "cuda:N").
 
     A CUDA card the catalog knows gets its datasheet numbers (source "catalog"); any other
@@ -82,6 +84,7 @@ def cpu_cache_key() -> str:
 
 # --- cache -------------------------------------------------------------------------------------
 
+
 def _cached(path: Path, key: str, refresh: bool, measure: Callable[[], Ceilings]) -> Ceilings:
     entries = _read_entries(path)
     if not refresh and key in entries:
@@ -104,7 +107,11 @@ def _read_entries(path: Path) -> dict[str, dict]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"), dict):
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != CACHE_FORMAT
+        or not isinstance(data.get("entries"), dict)
+    ):
         return {}
     return {k: v for k, v in data["entries"].items() if isinstance(v, dict)}
 
@@ -122,6 +129,7 @@ def _ceilings_from(entry: dict) -> Ceilings | None:
 
 
 # --- measuring ---------------------------------------------------------------------------------
+
 
 def _measure(description: str, gpu: torch.device | None) -> Ceilings:
     """Peak matmul FLOP/s per precision and copy bandwidth, measured on the CPU or on ``gpu``."""
@@ -173,7 +181,9 @@ def _matmul_rate(dtype: torch.dtype, gpu: torch.device | None, n: int) -> float 
         rate = 2 * probe**3 / max(time.perf_counter() - started, 1e-9)
         while n > probe and 2 * n**3 / rate > SLOW_CALL_S:
             n //= 2
-        rates = [_best_rate(lambda: torch.mm(a, b), 2 * probe**3, sync)]  # small ones can be the fastest on a CPU
+        rates = [
+            _best_rate(lambda: torch.mm(a, b), 2 * probe**3, sync)
+        ]  # small ones can be the fastest on a CPU
         a, b = (torch.randn(n, n, device=gpu).to(dtype) for _ in range(2))
         rates.append(_best_rate(lambda: torch.mm(a, b), 2 * n**3, sync))
         return max(rates)
@@ -184,7 +194,9 @@ def _matmul_rate(dtype: torch.dtype, gpu: torch.device | None, n: int) -> float 
 def _copy_rate(gpu: torch.device | None) -> float:
     """Best bytes/s of ``dst.copy_(src)`` over COPY_BYTES: read + write, STREAM's convention."""
     sync = _sync(gpu)
-    src = torch.ones(COPY_BYTES // 4, dtype=torch.float32, device=gpu)  # ones/zeros: pages touched before timing
+    src = torch.ones(
+        COPY_BYTES // 4, dtype=torch.float32, device=gpu
+    )  # ones/zeros: pages touched before timing
     dst = torch.zeros_like(src)
     dst.copy_(src)
     return _best_rate(lambda: dst.copy_(src), 2 * COPY_BYTES, sync)

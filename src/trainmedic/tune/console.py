@@ -183,15 +183,23 @@ def _table(result: TuneResult, measured: list[Row]) -> Table:
         assert m is not None  # measured rows carry their measurement
         tags = marks(result, row.config)
         mark = Text(" · ".join(tags).replace("best", "◀ best"), style="bold" if "best" in tags else "")
-        cells: list = [Text(row.config.label, style="bold" if "best" in tags else ""), sig3(m.samples_per_s),
-                       f"±{m.spread:.1%}", format_times(vs_baseline(result, row)), format_span(m.first_step_s)]
+        cells: list = [
+            Text(row.config.label, style="bold" if "best" in tags else ""),
+            sig3(m.samples_per_s),
+            f"±{m.spread:.1%}",
+            format_times(vs_baseline(result, row)),
+            format_span(m.first_step_s),
+        ]
         if not roofs:
             pass
         elif roof is None:
             cells += ["—", "—", "—"]
         else:
-            cells += [sig3(roof.intensity), Text(roof.bound, style=BOUND_STYLES.get(roof.bound, "")),
-                      f"{roof.share_of_ceiling:.0%}"]
+            cells += [
+                sig3(roof.intensity),
+                Text(roof.bound, style=BOUND_STYLES.get(roof.bound, "")),
+                f"{roof.share_of_ceiling:.0%}",
+            ]
         table.add_row(*cells, mark)
     return table
 
@@ -203,8 +211,11 @@ def _not_measured(rows: list[Row]) -> Group:
     grid.add_column(overflow="fold")
     for row in rows:
         status = row.status.replace("_", " ")
-        grid.add_row(Text(row.config.label), Text(status, style=STATUS_STYLES.get(row.status, "")),
-                     Text(row.reason or "no reason recorded", style="dim" if row.status == "not_run" else ""))
+        grid.add_row(
+            Text(row.config.label),
+            Text(status, style=STATUS_STYLES.get(row.status, "")),
+            Text(row.reason or "no reason recorded", style="dim" if row.status == "not_run" else ""),
+        )
     return Group(Text("Not measured", style="bold"), Padding(grid, (0, 0, 0, 2)))
 
 

@@ -44,9 +44,9 @@ STEP_PHASES = ("forward", "backward", "optimizer")
 _aten = torch.ops.aten
 
 
-
-def count_step(build: Callable[[int], Any], batch_size: int, precision: str = "fp32",
-               device: Device | None = None) -> StepCost:
+def count_step(
+    build: Callable[[int], Any], batch_size: int, precision: str = "fp32", device: Device | None = None
+) -> StepCost:
     """FLOPs and bytes of one steady-state training step of ``build(batch_size)``.
 
     ``precision`` is a key of ``trainmedic.plan.trace.PRECISIONS`` (bf16/fp16 run under autocast,
@@ -74,8 +74,10 @@ def count_step(build: Callable[[int], Any], batch_size: int, precision: str = "f
             "shows the same stop) or tune without a roofline."
         )
     if tally.steps_seen < 2:
-        raise TuneError(f"the traced training step of {getattr(build, '__name__', 'build')}({batch_size}) ran no "
-                        "forward operation, so it has no FLOPs or bytes to count.")
+        raise TuneError(
+            f"the traced training step of {getattr(build, '__name__', 'build')}({batch_size}) ran no "
+            "forward operation, so it has no FLOPs or bytes to count."
+        )
     by_op = dict(sorted(tally.bytes_by_op.items(), key=lambda item: -item[1]))
     return StepCost(
         batch_size=batch_size,
@@ -131,13 +133,15 @@ class _Tally:
 # --- FLOP formulas torch's table lacks ---------------------------------------------------------
 # FlopCounterMode passes shapes, not tensors, to custom formulas (it wraps them in shape_wrapper).
 
+
 def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
     # The CPU flash kernel does the same two batched matmuls as the CUDA ones torch counts.
     return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def _cpu_sdpa_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
-                            **kwargs) -> int:
+def _cpu_sdpa_backward_flop(
+    grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
+) -> int:
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 

@@ -18,7 +18,9 @@ def explain(result: TuneResult, limits: dict[str, int | None]) -> None:
     """Fill ``result.verdict``, ``result.why`` and ``result.change`` (a build target's code)."""
     best = result.row(result.best)
     if best is None:
-        result.verdict = "nothing was measured" + (f": {result.stopped_early}" if result.stopped_early else "")
+        result.verdict = "nothing was measured" + (
+            f": {result.stopped_early}" if result.stopped_early else ""
+        )
         return
     result.verdict = _verdict(result, best)
     why = [_bound(best)] if best.roofline else []
@@ -34,9 +36,13 @@ def _verdict(result: TuneResult, best: Row) -> str:
     base = result.row(result.baseline)
     if result.ties:
         tied = [result.row(c) for c in result.ties]
-        names = ", ".join(r.config.label for r in tied[:3] if r) + (f" and {len(tied) - 3} more" if len(tied) > 3 else "")
-        return (f"tie: {best.config.label} ({speed}) and {names} are within the noise of each other; "
-                f"{best.config.label} is the smallest change")
+        names = ", ".join(r.config.label for r in tied[:3] if r) + (
+            f" and {len(tied) - 3} more" if len(tied) > 3 else ""
+        )
+        return (
+            f"tie: {best.config.label} ({speed}) and {names} are within the noise of each other; "
+            f"{best.config.label} is the smallest change"
+        )
     if base is not None and base.config == best.config:
         return f"your baseline {best.config.label} is the fastest measured ({speed})"
     gain = f", {result.gain:.2f}x {result.baseline.label}" if result.gain and result.baseline else ""
@@ -51,22 +57,30 @@ def _speed(row: Row) -> str:
 
 def _bound(row: Row) -> str:
     line = row.roofline
-    ceilings = (f"step intensity {line.intensity:.1f} FLOP/byte, ridge {line.ridge:.1f} = "
-                f"{format_flops(line.peak_flops)} / {format_bandwidth(line.bandwidth_bytes_per_s)}")
+    ceilings = (
+        f"step intensity {line.intensity:.1f} FLOP/byte, ridge {line.ridge:.1f} = "
+        f"{format_flops(line.peak_flops)} / {format_bandwidth(line.bandwidth_bytes_per_s)}"
+    )
     if line.roofline_s is None or line.bandwidth_share is None:
-        return (f"{row.config.label} is {line.bound}-bound ({ceilings}); it reaches {line.share_of_ceiling:.0%} of the roof "
-                f"({format_flops(line.achieved_flops)}){_above(line)}")
+        return (
+            f"{row.config.label} is {line.bound}-bound ({ceilings}); it reaches {line.share_of_ceiling:.0%} of the roof "
+            f"({format_flops(line.achieved_flops)}){_above(line)}"
+        )
     roof = line.bandwidth_share if line.bound == "bandwidth" else 1 - line.bandwidth_share
-    return (f"{row.config.label} is {line.bound}-bound: op by op, {roof:.0%} of the {format_seconds(line.roofline_s)} the roofs allow "
-            f"a step is spent under the {line.bound} roof ({ceilings}); measured {format_seconds(line.step_s)} a step, "
-            f"{line.share_of_ceiling:.0%} of the roofline's speed{_above(line)}")
+    return (
+        f"{row.config.label} is {line.bound}-bound: op by op, {roof:.0%} of the {format_seconds(line.roofline_s)} the roofs allow "
+        f"a step is spent under the {line.bound} roof ({ceilings}); measured {format_seconds(line.step_s)} a step, "
+        f"{line.share_of_ceiling:.0%} of the roofline's speed{_above(line)}"
+    )
 
 
 def _above(line) -> str:
     if line.share_of_ceiling <= 1.0:
         return ""
-    return (" (above 100 %: the bytes are counted unfused, and fused kernels or data held in caches move fewer; "
-            "or the ceilings were measured while the machine was busier)")
+    return (
+        " (above 100 %: the bytes are counted unfused, and fused kernels or data held in caches move fewer; "
+        "or the ceilings were measured while the machine was busier)"
+    )
 
 
 def _batch_reason(result: TuneResult, best: Row, limits: dict[str, int | None]) -> list[str]:
@@ -86,27 +100,44 @@ def _batch_reason(result: TuneResult, best: Row, limits: dict[str, int | None]) 
         first, line = smaller[0], best.roofline
         grew = line.intensity / first.roofline.intensity if first.roofline.intensity > 0 else 1.0
         limit = limits.get(best.config.precision)
-        capped = f"; batch {best.config.batch_size} is the largest the plan says fits" if limit == best.config.batch_size else ""
+        capped = (
+            f"; batch {best.config.batch_size} is the largest the plan says fits"
+            if limit == best.config.batch_size
+            else ""
+        )
         if grew > 1.2:
-            lines.append(f"larger batches were faster up to {best.config.batch_size}: intensity grew {grew:.1f}x from batch "
-                         f"{first.config.batch_size} ({first.roofline.intensity:.1f} FLOP/byte) as weights are reused across "
-                         f"more samples{capped}")
+            lines.append(
+                f"larger batches were faster up to {best.config.batch_size}: intensity grew {grew:.1f}x from batch "
+                f"{first.config.batch_size} ({first.roofline.intensity:.1f} FLOP/byte) as weights are reused across "
+                f"more samples{capped}"
+            )
         else:
-            lines.append(f"larger batches were faster up to {best.config.batch_size} with intensity flat at "
-                         f"{line.intensity:.1f} FLOP/byte: fixed per-step costs (optimizer, launches) spread over more "
-                         f"samples{capped}")
+            lines.append(
+                f"larger batches were faster up to {best.config.batch_size} with intensity flat at "
+                f"{line.intensity:.1f} FLOP/byte: fixed per-step costs (optimizer, launches) spread over more "
+                f"samples{capped}"
+            )
     for precision in dict.fromkeys((best.config.precision, "fp32")):
         ladder = _series(result, Config(best.config.batch_size, precision))
         peak = max(ladder, key=lambda r: r.samples_per_s or 0.0, default=None)
-        beyond = [r for r in ladder if peak is not None and (r.config.batch_size or 0) > (peak.config.batch_size or 0)]
+        beyond = [
+            r
+            for r in ladder
+            if peak is not None and (r.config.batch_size or 0) > (peak.config.batch_size or 0)
+        ]
         if beyond and peak.config != best.config:
-            lines.append(f"in the {precision} eager ladder, " + _larger_not_faster(peak, beyond[0], on_cpu=result.device == "cpu"))
+            lines.append(
+                f"in the {precision} eager ladder, "
+                + _larger_not_faster(peak, beyond[0], on_cpu=result.device == "cpu")
+            )
             break
     return lines
 
 
 def _series(result: TuneResult, config: Config) -> list[Row]:
-    return sorted((r for r in result.measured if _same_series(r.config, config)), key=lambda r: r.config.batch_size or 0)
+    return sorted(
+        (r for r in result.measured if _same_series(r.config, config)), key=lambda r: r.config.batch_size or 0
+    )
 
 
 def _larger_not_faster(best: Row, larger: Row, on_cpu: bool) -> str:
@@ -120,18 +151,25 @@ def _larger_not_faster(best: Row, larger: Row, on_cpu: bool) -> str:
     per_sample = (z.step_s / big) / (a.step_s / b) if a.step_s > 0 and z.step_s > 0 else 1.0
     grew = f"batch {big} does {flops:.1f}x the FLOPs and moves {moved:.1f}x the bytes of batch {b}"
     if z.bound == "bandwidth":
-        reason = (f"{grew}, so the work per byte stays near {z.intensity:.1f} FLOP/byte and the step is bandwidth-bound "
-                  f"({z.bandwidth_share:.0%} of its roofline time under the bandwidth roof): memory traffic, not the batch, sets "
-                  f"the speed. It moved {format_bandwidth(z.achieved_bandwidth)} against {format_bandwidth(a.achieved_bandwidth)} at "
-                  f"batch {b}, of the {format_bandwidth(z.bandwidth_bytes_per_s)} the device can")
+        reason = (
+            f"{grew}, so the work per byte stays near {z.intensity:.1f} FLOP/byte and the step is bandwidth-bound "
+            f"({z.bandwidth_share:.0%} of its roofline time under the bandwidth roof): memory traffic, not the batch, sets "
+            f"the speed. It moved {format_bandwidth(z.achieved_bandwidth)} against {format_bandwidth(a.achieved_bandwidth)} at "
+            f"batch {b}, of the {format_bandwidth(z.bandwidth_bytes_per_s)} the device can"
+        )
     else:
         both = "at both" if a.bound == "compute" else f"at batch {big} (bandwidth-bound at batch {b})"
-        reason = (f"{grew} at {z.intensity:.1f} against {a.intensity:.1f} FLOP/byte; the step is compute-bound {both}, where a "
-                  f"larger batch only adds work: batch {b} ran at {a.share_of_ceiling:.0%} of the roofline's speed and batch {big} "
-                  f"at {z.share_of_ceiling:.0%}")
+        reason = (
+            f"{grew} at {z.intensity:.1f} against {a.intensity:.1f} FLOP/byte; the step is compute-bound {both}, where a "
+            f"larger batch only adds work: batch {b} ran at {a.share_of_ceiling:.0%} of the roofline's speed and batch {big} "
+            f"at {z.share_of_ceiling:.0%}"
+        )
     if per_sample > 1.05:
-        cache = ("; on a CPU a working set that outgrows the caches is served from slower memory" if on_cpu
-                 else "; larger tensors can also change which kernels run")
+        cache = (
+            "; on a CPU a working set that outgrows the caches is served from slower memory"
+            if on_cpu
+            else "; larger tensors can also change which kernels run"
+        )
         reason += f". Per sample, batch {big} took {per_sample:.2f}x as long: its tensors are {moved:.1f}x larger{cache}"
     return f"{head}: {reason}"
 
@@ -150,19 +188,32 @@ def _variant_reasons(result: TuneResult, best: Row) -> list[str]:
             moved = ""
             if best.roofline and other.roofline:
                 moved = f"; it moves {best.roofline.bytes_per_step / other.roofline.bytes_per_step:.2f}x the bytes per step"
-            lines.append(f"{best.config.precision} is {ratio:.2f}x fp32 at batch {best.config.batch_size}{moved}")
+            lines.append(
+                f"{best.config.precision} is {ratio:.2f}x fp32 at batch {best.config.batch_size}{moved}"
+            )
         elif field == "memory_format":
-            lines.append(f"{best.config.memory_format} is {ratio:.2f}x the default layout at the same batch and precision")
+            lines.append(
+                f"{best.config.memory_format} is {ratio:.2f}x the default layout at the same batch and precision"
+            )
         else:
-            lines.append(f"torch.compile is {ratio:.2f}x eager; its first step took {format_seconds(best.measurement.first_step_s)} "
-                         f"(compilation, paid once per run) against {format_seconds(other.measurement.first_step_s)} eager")
+            lines.append(
+                f"torch.compile is {ratio:.2f}x eager; its first step took {format_seconds(best.measurement.first_step_s)} "
+                f"(compilation, paid once per run) against {format_seconds(other.measurement.first_step_s)} eager"
+            )
     for row in result.measured:
         if row.config.compile and row.config != best.config and row.config != result.best:
             eager = result.row(row.config.replace(compile=False))
-            if eager is not None and eager.measurement and row.measurement and eager.measurement.samples_per_s > row.measurement.samples_per_s:
-                lines.append(f"torch.compile did not pay at {row.config.replace(compile=False).label}: "
-                             f"{row.measurement.samples_per_s / eager.measurement.samples_per_s:.2f}x eager after a "
-                             f"{format_seconds(row.measurement.first_step_s)} first step")
+            if (
+                eager is not None
+                and eager.measurement
+                and row.measurement
+                and eager.measurement.samples_per_s > row.measurement.samples_per_s
+            ):
+                lines.append(
+                    f"torch.compile did not pay at {row.config.replace(compile=False).label}: "
+                    f"{row.measurement.samples_per_s / eager.measurement.samples_per_s:.2f}x eager after a "
+                    f"{format_seconds(row.measurement.first_step_s)} first step"
+                )
                 break
     return lines
 
@@ -174,10 +225,14 @@ def change_for(best: Config, baseline: Config | None, device: str) -> str:
     if baseline is None or best.batch_size != baseline.batch_size:
         was = f"  # was {baseline.batch_size}" if baseline is not None else ""
         lines.append(f"batch_size = {best.batch_size}{was}")
-    if best.memory_format != "contiguous" and (baseline is None or best.memory_format != baseline.memory_format):
+    if best.memory_format != "contiguous" and (
+        baseline is None or best.memory_format != baseline.memory_format
+    ):
         fmt = f"torch.{best.memory_format}"
         rank = "5-D" if best.memory_format.endswith("3d") else "4-D"
-        lines.append(f"model = model.to(memory_format={fmt})  # and each {rank} batch: x = x.contiguous(memory_format={fmt})")
+        lines.append(
+            f"model = model.to(memory_format={fmt})  # and each {rank} batch: x = x.contiguous(memory_format={fmt})"
+        )
     if best.compile and (baseline is None or not baseline.compile):
         lines.append("model = torch.compile(model)")
     if best.precision == "tf32":
@@ -193,6 +248,9 @@ def change_for(best: Config, baseline: Config | None, device: str) -> str:
 
 
 def _same_series(a: Config, b: Config) -> bool:
-    return (a.precision, a.compile, a.memory_format, a.overrides) == (b.precision, b.compile, b.memory_format, b.overrides)
-
-
+    return (a.precision, a.compile, a.memory_format, a.overrides) == (
+        b.precision,
+        b.compile,
+        b.memory_format,
+        b.overrides,
+    )

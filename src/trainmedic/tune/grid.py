@@ -35,12 +35,16 @@ def resolve_device(device: str | torch.device) -> torch.device:
     except (RuntimeError, TypeError) as exc:
         raise TuneError(f"device {device!r} is not a device; expected auto, cpu, cuda or cuda:N.") from exc
     if resolved.type not in ("cpu", "cuda"):
-        raise TuneError(f"device {device!r}: tune measures on cpu or cuda; expected auto, cpu, cuda or cuda:N.")
+        raise TuneError(
+            f"device {device!r}: tune measures on cpu or cuda; expected auto, cpu, cuda or cuda:N."
+        )
     if resolved.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (resolved.index is not None and resolved.index >= count):
-            raise TuneError(f"device {device!r} asked for, but this torch ({torch.__version__}) sees {count} CUDA "
-                            "device(s); use --device cpu, or a CUDA build of torch on a machine with the card.")
+            raise TuneError(
+                f"device {device!r} asked for, but this torch ({torch.__version__}) sees {count} CUDA "
+                "device(s); use --device cpu, or a CUDA build of torch on a machine with the card."
+            )
     return resolved
 
 
@@ -91,7 +95,9 @@ def check_precisions(precisions: Sequence[str], device: torch.device) -> list[st
     chosen = [p.lower() for p in precisions]
     for p in chosen:
         if p not in PRECISIONS:
-            raise TuneError(f"precision {p!r} is not one of {', '.join(PRECISIONS)}; e.g. --precision fp32,bf16.")
+            raise TuneError(
+                f"precision {p!r} is not one of {', '.join(PRECISIONS)}; e.g. --precision fp32,bf16."
+            )
     if "tf32" in chosen and device.type != "cuda":
         raise TuneError("precision 'tf32' needs a CUDA GPU (Ampere or later); on the CPU use fp32 or bf16.")
     return list(dict.fromkeys(chosen))
@@ -100,7 +106,9 @@ def check_precisions(precisions: Sequence[str], device: torch.device) -> list[st
 def check_batches(batches: Sequence[Any]) -> list[int]:
     for b in batches:
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise TuneError(f"batch size {b!r} cannot be measured: expected whole numbers >= 1, e.g. --batch 1,2,4,8.")
+            raise TuneError(
+                f"batch size {b!r} cannot be measured: expected whole numbers >= 1, e.g. --batch 1,2,4,8."
+            )
     return sorted(set(batches))
 
 
@@ -125,7 +133,10 @@ def inspect_build(build: Callable[[int], Any]) -> str | None:
             shapes[batch] = [tuple(t.shape) for t in tensors_of(inputs)]
             if batch == 1:
                 modules = list(model.modules())
-    if not any(a != b and len(a) == len(b) and any(x == 1 and y == 2 for x, y in zip(a, b)) for a, b in zip(shapes[1], shapes[2])):
+    if not any(
+        a != b and len(a) == len(b) and any(x == 1 and y == 2 for x, y in zip(a, b))
+        for a, b in zip(shapes[1], shapes[2])
+    ):
         name = getattr(build, "__name__", "build")
         raise TuneError(
             f"{name}(1) and {name}(2) return inputs of shapes {shapes[1]} and {shapes[2]}: no axis grows with the batch "

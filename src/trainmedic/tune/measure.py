@@ -27,8 +27,14 @@ MIN_TRIALS = 3
 MAX_SCALER_WARMUP = 40
 
 
-def measure(step: TrainingStep, *, trials: int = 5, min_trial_s: float = 0.3, deadline: float | None = None,
-            clock: Callable[[], float] = time.monotonic) -> Measurement:
+def measure(
+    step: TrainingStep,
+    *,
+    trials: int = 5,
+    min_trial_s: float = 0.3,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Measurement:
     """Warm ``step`` up and time ``trials`` trials of it; fewer (never under 3) if ``deadline`` comes first.
 
     ``deadline`` is a reading of ``clock`` (``time.monotonic``, the search's clock). A step or

@@ -59,14 +59,23 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         if self.overrides:  # a script's run: its own options are all there is to say
             return {"batch_size": self.batch_size, "overrides": dict(self.overrides)}
-        return {"batch_size": self.batch_size, "precision": self.precision, "compile": self.compile,
-                "memory_format": self.memory_format}
+        return {
+            "batch_size": self.batch_size,
+            "precision": self.precision,
+            "compile": self.compile,
+            "memory_format": self.memory_format,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
         batch = data.get("batch_size")
-        return cls(None if batch is None else int(batch), str(data.get("precision", "fp32")), bool(data.get("compile", False)),
-                   str(data.get("memory_format", "contiguous")), tuple((str(k), str(v)) for k, v in (data.get("overrides") or {}).items()))
+        return cls(
+            None if batch is None else int(batch),
+            str(data.get("precision", "fp32")),
+            bool(data.get("compile", False)),
+            str(data.get("memory_format", "contiguous")),
+            tuple((str(k), str(v)) for k, v in (data.get("overrides") or {}).items()),
+        )
 
 
 @dataclass(frozen=True)
@@ -215,4 +224,3 @@ class TuneResult(JsonDocument):
             "notes": list(self.notes),
             "warnings": list(self.warnings),
         }
-

@@ -40,21 +40,35 @@ _TAIL_BYTES = 64 * 1024
 
 # --- the grid ------------------------------------------------------------------------------------
 
+
 def script_grid(sets: Sequence[tuple[str, Sequence[str]]]) -> list[Config]:
     """Every combination of the ``--set`` values, the first option varying slowest.
 
     The batch size is left unknown: a run fills it in with the batch the model really saw.
     """
     names = [name for name, _ in sets]
-    return [Config(batch_size=None, overrides=tuple(zip(names, combination)))
-            for combination in itertools.product(*(values for _, values in sets))]
+    return [
+        Config(batch_size=None, overrides=tuple(zip(names, combination)))
+        for combination in itertools.product(*(values for _, values in sets))
+    ]
 
 
 # --- measuring -----------------------------------------------------------------------------------
 
-def measure_script(script: str | Path, args: Sequence[str], config: Config, *, steps: int, trials: int,
-                   python: str = sys.executable, timeout_s: float, env: Mapping[str, str] | None = None,
-                   warmup: int = 3, style: OptionStyle | None = None) -> Row:
+
+def measure_script(
+    script: str | Path,
+    args: Sequence[str],
+    config: Config,
+    *,
+    steps: int,
+    trials: int,
+    python: str = sys.executable,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    warmup: int = 3,
+    style: OptionStyle | None = None,
+) -> Row:
     """Run the script with ``config``'s overrides, watched as ``trainmedic run --steps STEPS`` watches it
     (in a child process, script_child.py); measure it.
 
@@ -68,27 +82,50 @@ def measure_script(script: str | Path, args: Sequence[str], config: Config, *, s
     Ctrl+C kills the child's process group and re-raises.
     """
     if steps < 1 or trials < 1:
-        raise TuneError(f"steps={steps!r}, trials={trials!r}; expected at least 1 of each, e.g. steps=30, trials=3")
+        raise TuneError(
+            f"steps={steps!r}, trials={trials!r}; expected at least 1 of each, e.g. steps=30, trials=3"
+        )
     if style is None:
         style = OptionStyle(detect_style(script, args, [name for name, _ in config.overrides]))
     with tempfile.TemporaryDirectory(prefix="trainmedic-tune-") as tmp:
         report_path = Path(tmp, "report.json")
-        argv = [python, "-m", "trainmedic.tune.script_child", str(report_path), str(steps), str(warmup),
-                str(SAMPLE_INTERVAL_MS), "--", *command_for(script, args, style, config.overrides)]
+        argv = [
+            python,
+            "-m",
+            "trainmedic.tune.script_child",
+            str(report_path),
+            str(steps),
+            str(warmup),
+            str(SAMPLE_INTERVAL_MS),
+            "--",
+            *command_for(script, args, style, config.overrides),
+        ]
         code, output = run_group(argv, env, timeout_s, Path(tmp), _TAIL_BYTES)
         report = read_json(report_path)
     if code is None:
-        return Row(config, "failed", reason=f"no result within {timeout_s:g} s, so it was stopped; "
-                                            "allow more time or measure fewer steps")
+        return Row(
+            config,
+            "failed",
+            reason=f"no result within {timeout_s:g} s, so it was stopped; "
+            "allow more time or measure fewer steps",
+        )
     if code != 0:
         return Row(config, "failed", reason=_failure_line(code, output, report))
     points = [float(s) for s in (report or {}).get("step_seconds", [])]
     if not points:
-        return Row(config, "failed", reason="the script ended (exit code 0) before trainmedic saw a steady-state "
-                                            "training step: no optimizer.step(), DataLoader batch or "
-                                            "trainmedic.step() after the warm-up; give it more steps")
+        return Row(
+            config,
+            "failed",
+            reason="the script ended (exit code 0) before trainmedic saw a steady-state "
+            "training step: no optimizer.step(), DataLoader batch or "
+            "trainmedic.step() after the warm-up; give it more steps",
+        )
     seen = _seen_batch(report)
-    return Row(config.replace(batch_size=seen), "measured", measurement=_measurement(points, report, seen, trials, warmup))
+    return Row(
+        config.replace(batch_size=seen),
+        "measured",
+        measurement=_measurement(points, report, seen, trials, warmup),
+    )
 
 
 def _seen_batch(report: dict) -> int | None:
@@ -96,14 +133,16 @@ def _seen_batch(report: dict) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
-def _measurement(points: list[float], report: dict, batch_size: int | None, trials: int, warmup: int) -> Measurement:
+def _measurement(
+    points: list[float], report: dict, batch_size: int | None, trials: int, warmup: int
+) -> Measurement:
     # A run past the clock's capacity keeps every k-th step; each kept point stands for k steps.
     stride = max(1, round(int(report.get("steady_steps") or len(points)) / len(points)))
     trials = min(trials, len(points))
     per = len(points) // trials
-    points = points[len(points) - per * trials:]  # drop the earliest leftovers: later steps are steadier
+    points = points[len(points) - per * trials :]  # drop the earliest leftovers: later steps are steadier
     work = batch_size or 1
-    rates = tuple(work * per / max(sum(points[i * per:(i + 1) * per]), 1e-9) for i in range(trials))
+    rates = tuple(work * per / max(sum(points[i * per : (i + 1) * per]), 1e-9) for i in range(trials))
     return Measurement(rates, per * stride, float(report.get("setup_s", 0.0)), warmup)
 
 

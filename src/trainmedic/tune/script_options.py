@@ -37,7 +37,9 @@ _FLAG_IN_HELP = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.\-]*)")
 _ASSIGNED = re.compile(r"^([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
 # A script's globals are options only where its command line can reach them: it reads sys.argv,
 # or execs a configurator that does (nanoGPT's `exec(open('configurator.py').read())`).
-_READS_ARGV = re.compile(r"\bsys\.argv\b|^\s*from\s+sys\s+import\b[^\n]*\bargv\b|\bexec\(\s*open\(", re.MULTILINE)
+_READS_ARGV = re.compile(
+    r"\bsys\.argv\b|^\s*from\s+sys\s+import\b[^\n]*\bargv\b|\bexec\(\s*open\(", re.MULTILINE
+)
 _NAME_LITERAL = re.compile(r"""["']([A-Za-z_][\w.]*)["']""")
 _FLAG_LITERAL = re.compile(r"""["'](--?[A-Za-z][\w.\-]*)["']""")
 _NEGATIVE_NUMBER = re.compile(r"-\d|-\.\d|-inf|-nan", re.IGNORECASE)
@@ -68,22 +70,29 @@ def parse_sets(values: Sequence[str]) -> list[tuple[str, list[str]]]:
         name, sep, rest = text.partition("=")
         name = name.strip()
         if not sep or not _SET_NAME.fullmatch(name):
-            raise TuneError(f"--set {text!r} is not NAME=V1,V2,...; expected e.g. --set batch_size=2,4,8 "
-                            "or --set --lr=1e-3,1e-4 or --set training.batch_size=16,32 (Hydra)")
+            raise TuneError(
+                f"--set {text!r} is not NAME=V1,V2,...; expected e.g. --set batch_size=2,4,8 "
+                "or --set --lr=1e-3,1e-4 or --set training.batch_size=16,32 (Hydra)"
+            )
         choices = _split_values(rest)
         if not choices or any(not v for v in choices):
-            raise TuneError(f"--set {text!r} has an empty value; expected comma-separated values after "
-                            f"'=', e.g. --set {name}=2,4,8")
+            raise TuneError(
+                f"--set {text!r} has an empty value; expected comma-separated values after "
+                f"'=', e.g. --set {name}=2,4,8"
+            )
         key = normal_name(name)
         if key in seen:
-            raise TuneError(f"--set names {name!r} twice (also as {seen[key]!r}); give all its values in one "
-                            f"--set, e.g. --set {name}=2,4,8")
+            raise TuneError(
+                f"--set names {name!r} twice (also as {seen[key]!r}); give all its values in one "
+                f"--set, e.g. --set {name}=2,4,8"
+            )
         seen[key] = name
         sets.append((name, choices))
     return sets
 
 
 # --- option style and validation -----------------------------------------------------------------
+
 
 def detect_style(script: str | Path, args: Sequence[str], names: Sequence[str]) -> str:
     """HYDRA when the script uses Hydra or ARGS already hold ``key=value`` overrides, else ARGPARSE."""
@@ -95,9 +104,15 @@ def detect_style(script: str | Path, args: Sequence[str], names: Sequence[str]) 
     return ARGPARSE
 
 
-def check_options(script: str | Path, args: Sequence[str], names: Sequence[str], *,
-                  python: str = sys.executable, env: Mapping[str, str] | None = None,
-                  timeout_s: float = CHECK_TIMEOUT_S) -> OptionStyle:
+def check_options(
+    script: str | Path,
+    args: Sequence[str],
+    names: Sequence[str],
+    *,
+    python: str = sys.executable,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = CHECK_TIMEOUT_S,
+) -> OptionStyle:
     """The script's option style, with every name checked to exist; TuneError for one that does not."""
     kind = detect_style(script, args, names)
     if kind == HYDRA:
@@ -105,7 +120,9 @@ def check_options(script: str | Path, args: Sequence[str], names: Sequence[str],
     return _check_argparse(str(script), list(args), names, python, env, timeout_s)
 
 
-def _check_argparse(script: str, args: list[str], names: Sequence[str], python: str, env, timeout_s: float) -> OptionStyle:
+def _check_argparse(
+    script: str, args: list[str], names: Sequence[str], python: str, env, timeout_s: float
+) -> OptionStyle:
     # Leading words of ARGS are a subcommand (LightningCLI's `fit`): its --help lists its options.
     command = list(itertools.takewhile(lambda token: not token.startswith("-"), args))
     code, output = _capture([python, script, *command, "--help"], env, timeout_s)
@@ -115,7 +132,9 @@ def _check_argparse(script: str, args: list[str], names: Sequence[str], python: 
         # No parser answered --help: sys.argv read by hand, or a configurator that overrides the
         # script's globals (nanoGPT's --batch_size=32). The source is all there is to go by.
         source = _read_source(script)
-        flags = _unique(_FLAG_LITERAL.findall(source) + [f"--{name}" for name in _globals_read_from_argv(source)])
+        flags = _unique(
+            _FLAG_LITERAL.findall(source) + [f"--{name}" for name in _globals_read_from_argv(source)]
+        )
         evidence = f"the source of {Path(script).name} (its --help listed no options)"
     shown = [f for f in flags if f.startswith("--") and f != "--help"]
     spellings = {}
@@ -129,7 +148,9 @@ def _check_argparse(script: str, args: list[str], names: Sequence[str], python: 
     return OptionStyle(ARGPARSE, spellings, tuple(shown))
 
 
-def _check_hydra(script: str, args: list[str], names: Sequence[str], python: str, env, timeout_s: float) -> OptionStyle:
+def _check_hydra(
+    script: str, args: list[str], names: Sequence[str], python: str, env, timeout_s: float
+) -> OptionStyle:
     # --cfg all prints the composed config (ARGS applied: they may pick config groups) plus hydra.*.
     code, output = _capture([python, script, *args, "--cfg", "all"], env, timeout_s)
     keys = _yaml_keys(output) if code == 0 else []
@@ -138,8 +159,10 @@ def _check_hydra(script: str, args: list[str], names: Sequence[str], python: str
         source = _read_source(script)
         if _USES_HYDRA.search(source):
             line = error_line(output) or ("timed out" if code is None else f"exit code {code}")
-            raise TuneError(f"cannot read the Hydra config of {script}: {evidence} failed ({line}); run it "
-                            "yourself to see why, or give the options as flags (--set --batch-size=...)")
+            raise TuneError(
+                f"cannot read the Hydra config of {script}: {evidence} failed ({line}); run it "
+                "yourself to see why, or give the options as flags (--set --batch-size=...)"
+            )
         # key=value ARGS but no Hydra: a hand-rolled parser. Its names can only be read in the
         # source: top-level assignments (nanoGPT's `batch_size = 12`) and string literals.
         keys = _unique(_globals_read_from_argv(source) + _NAME_LITERAL.findall(source))
@@ -150,31 +173,57 @@ def _check_hydra(script: str, args: list[str], names: Sequence[str], python: str
         leaf = bare.rsplit(".", 1)[-1]
         # +key adds a key that must not exist yet; ++key adds or replaces; a/b and @package are
         # config-group paths the composed config does not show. The source only shows leaf names.
-        if name.startswith("+") or "/" in bare or "@" in bare or bare in keys or (leaves_only and leaf in keys):
+        if (
+            name.startswith("+")
+            or "/" in bare
+            or "@" in bare
+            or bare in keys
+            or (leaves_only and leaf in keys)
+        ):
             continue
         same_leaf = [k for k in shown if k.rsplit(".", 1)[-1] == leaf]
         close = same_leaf or difflib.get_close_matches(bare, shown, n=1, cutoff=0.6)
-        _raise_unknown(script, name, bare, [k for k in shown if "." not in k] + same_leaf,
-                       close[0] if close else None, evidence, hydra=True)
+        _raise_unknown(
+            script,
+            name,
+            bare,
+            [k for k in shown if "." not in k] + same_leaf,
+            close[0] if close else None,
+            evidence,
+            hydra=True,
+        )
     return OptionStyle(HYDRA, {name: name for name in names}, tuple(shown))
 
 
-def _raise_unknown(script: str, name: str, wrong: str, known: list[str], close: str | None, evidence: str,
-                   hydra: bool = False) -> None:
+def _raise_unknown(
+    script: str,
+    name: str,
+    wrong: str,
+    known: list[str],
+    close: str | None,
+    evidence: str,
+    hydra: bool = False,
+) -> None:
     listed = ", ".join(known[:15]) + (f" (+{len(known) - 15} more)" if len(known) > 15 else "")
     hint = f"did you mean {close}? " if close else ""
     fix = f"--set {close if hydra else close.lstrip('-')}=..." if close else "--set with one of those names"
     if not known:  # nothing to choose from: the script must take the option first
-        fix = (f"give the script an option for it (e.g. parser.add_argument(\"{wrong}\", type=int)) and use it "
-               "where the value is used, then --set it")
-    raise TuneError(f"{script} has no option {wrong} (from --set {name}=...): {hint}its options per {evidence}: "
-                    f"{listed or 'none found'}; fix: {fix}")
+        fix = (
+            f'give the script an option for it (e.g. parser.add_argument("{wrong}", type=int)) and use it '
+            "where the value is used, then --set it"
+        )
+    raise TuneError(
+        f"{script} has no option {wrong} (from --set {name}=...): {hint}its options per {evidence}: "
+        f"{listed or 'none found'}; fix: {fix}"
+    )
 
 
 # --- the command line ----------------------------------------------------------------------------
 
-def command_for(script: str | Path, args: Sequence[str], style: OptionStyle,
-                overrides: Sequence[tuple[str, str]]) -> list[str]:
+
+def command_for(
+    script: str | Path, args: Sequence[str], style: OptionStyle, overrides: Sequence[tuple[str, str]]
+) -> list[str]:
     """``[script, *args]`` with each override replacing that option's value in ARGS, else appended."""
     argv = list(args)
     for name, value in overrides:
@@ -218,19 +267,29 @@ def _replace_hydra(argv: list[str], spelled: str, value: str) -> list[str]:
     return kept[:at] + [f"{spelled}={value}"] + kept[at:]
 
 
-
 # --- running the script ------------------------------------------------------------------------
 
-def run_group(argv: list[str], env, timeout_s: float, folder: Path, tail_bytes: int) -> tuple[int | None, str]:
+
+def run_group(
+    argv: list[str], env, timeout_s: float, folder: Path, tail_bytes: int
+) -> tuple[int | None, str]:
     """Run ``argv`` in its own process group; (exit code or None on timeout, the output's tail)."""
     log = folder / "output.log"
     with open(log, "wb") as out:
         try:
-            proc = subprocess.Popen(argv, env=None if env is None else dict(env), stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                env=None if env is None else dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         except OSError as exc:
-            raise TuneError(f"cannot start {argv[0]!r}: {exc.strerror or exc}; pass the Python that runs "
-                            "the script (python=...)") from None
+            raise TuneError(
+                f"cannot start {argv[0]!r}: {exc.strerror or exc}; pass the Python that runs "
+                "the script (python=...)"
+            ) from None
         code = None
         try:
             code = proc.wait(timeout=timeout_s)
@@ -250,11 +309,18 @@ def _capture(argv: list[str], env, timeout_s: float) -> tuple[int | None, str]:
 
 def error_line(output: str) -> str | None:
     lines = [line.strip() for line in output.splitlines()]
-    return next((line for line in reversed(lines) if _ERROR_LINE.match(line)
-                 and not line.startswith("trainmedic: JSON report")), None)
+    return next(
+        (
+            line
+            for line in reversed(lines)
+            if _ERROR_LINE.match(line) and not line.startswith("trainmedic: JSON report")
+        ),
+        None,
+    )
 
 
 # --- small helpers -------------------------------------------------------------------------------
+
 
 def normal_name(name: str) -> str:
     return name.lstrip("-+~").lower().replace("-", "_")
@@ -327,5 +393,7 @@ def _read_source(script: str | Path) -> str:
     try:
         return Path(script).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise TuneError(f"cannot read the script {str(script)!r}: {exc.strerror or exc}; expected a path to "
-                        "the training script (.py)") from None
+        raise TuneError(
+            f"cannot read the script {str(script)!r}: {exc.strerror or exc}; expected a path to "
+            "the training script (.py)"
+        ) from None

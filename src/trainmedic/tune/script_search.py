@@ -30,9 +30,17 @@ from trainmedic.units import format_duration
 RUN_TIMEOUT_S = 1800.0
 
 
-def tune_script(script: str, args: Sequence[str], sets: Sequence[str], *, steps: int = 30, trials: int = 5,
-                budget_s: float | None = None, callbacks: Callbacks | None = None,
-                started_at: float | None = None) -> TuneResult:
+def tune_script(
+    script: str,
+    args: Sequence[str],
+    sets: Sequence[str],
+    *,
+    steps: int = 30,
+    trials: int = 5,
+    budget_s: float | None = None,
+    callbacks: Callbacks | None = None,
+    started_at: float | None = None,
+) -> TuneResult:
     """Measure ``python script ARGS`` under every combination of ``sets`` (``["batch_size=2,4"]``).
 
     ``budget_s`` counts from ``started_at`` (a ``time.monotonic()`` reading; default: now). Every
@@ -42,42 +50,63 @@ def tune_script(script: str, args: Sequence[str], sets: Sequence[str], *, steps:
     check_script(script)
     parsed = parse_sets(sets)
     if not parsed:
-        raise TuneError(f"--script {script} needs the options to vary: --set NAME=V1,V2 (e.g. --set batch_size=2,4,8).")
+        raise TuneError(
+            f"--script {script} needs the options to vary: --set NAME=V1,V2 (e.g. --set batch_size=2,4,8)."
+        )
     if trials < 3:
         raise TuneError(f"trials={trials}: at least 3 trials are needed to see the noise; e.g. --trials 5.")
     if steps < trials:
-        raise TuneError(f"--steps {steps} cannot be split into {trials} trials; give at least --steps {trials}.")
+        raise TuneError(
+            f"--steps {steps} cannot be split into {trials} trials; give at least --steps {trials}."
+        )
     callbacks = callbacks or Callbacks()
     budget = Budget(budget_s, started_at if started_at is not None else time.monotonic())
-    check_timeout = CHECK_TIMEOUT_S if budget.seconds is None else max(min(CHECK_TIMEOUT_S, budget.remaining()), 0.0)
+    check_timeout = (
+        CHECK_TIMEOUT_S if budget.seconds is None else max(min(CHECK_TIMEOUT_S, budget.remaining()), 0.0)
+    )
     # Every option is checked before anything is measured (README): --help, else the source.
     try:
         style = check_options(script, list(args), [name for name, _ in parsed], timeout_s=check_timeout)
     except TuneError:
         if budget.spent():  # the check found nothing because it was stopped, not because nothing is there
-            raise TuneError(f"the budget of {format_duration(budget_s)} ran out while checking the options of {script} "
-                            "(its --help had not answered); give a larger --budget, e.g. --budget 5m") from None
+            raise TuneError(
+                f"the budget of {format_duration(budget_s)} ran out while checking the options of {script} "
+                "(its --help had not answered); give a larger --budget, e.g. --budget 5m"
+            ) from None
         raise
     grid = script_grid(parsed)
     result = TuneResult(str(script), "as the script chooses", None, budget_s=budget_s)
-    result.notes.append(f"each configuration is its own run of {Path(script).name}: {steps} steady-state steps after 3 warm-up steps, "
-                        f"in {trials} trials; the first step column is process start to the end of the first step")
+    result.notes.append(
+        f"each configuration is its own run of {Path(script).name}: {steps} steady-state steps after 3 warm-up steps, "
+        f"in {trials} trials; the first step column is process start to the end of the first step"
+    )
     rows: dict[int, Row] = {}
     run_seconds: list[float] = []
     try:
         for index, config in enumerate(grid):
             if budget.spent() or not budget.allows(min(run_seconds, default=0.0)):
-                result.stopped_early = (f"the budget of {format_duration(budget_s)} ran out after "
-                                        f"{len(result.measured)} measured configurations")
+                result.stopped_early = (
+                    f"the budget of {format_duration(budget_s)} ran out after "
+                    f"{len(result.measured)} measured configurations"
+                )
                 break
             callbacks.started(config)
             left, started = budget.remaining(), time.monotonic()
-            row = measure_script(script, list(args), config, steps=steps, trials=trials, style=style,
-                                 timeout_s=RUN_TIMEOUT_S if left is None else min(left, RUN_TIMEOUT_S))
+            row = measure_script(
+                script,
+                list(args),
+                config,
+                steps=steps,
+                trials=trials,
+                style=style,
+                timeout_s=RUN_TIMEOUT_S if left is None else min(left, RUN_TIMEOUT_S),
+            )
             if left is not None and row.status == "failed" and budget.spent():
                 # Stopped by the budget, not by anything the script did.
-                result.stopped_early = (f"the budget of {format_duration(budget_s)} ran out while measuring "
-                                        f"{config.label}, after {len(result.measured)} measured configurations")
+                result.stopped_early = (
+                    f"the budget of {format_duration(budget_s)} ran out while measuring "
+                    f"{config.label}, after {len(result.measured)} measured configurations"
+                )
                 break
             if row.status == "measured":
                 run_seconds.append(time.monotonic() - started)
@@ -108,26 +137,38 @@ def _one_unit(result: TuneResult) -> None:
     unseen = [r for r in measured if r.config.batch_size is None]
     if not unseen:
         if measured:
-            result.notes.append("samples/s count the batch the model was called with in each run (the first axis "
-                                "of its input, as trainmedic saw it), not the value an option was set to")
+            result.notes.append(
+                "samples/s count the batch the model was called with in each run (the first axis "
+                "of its input, as trainmedic saw it), not the value an option was set to"
+            )
         return
     for row in measured:
         if row.config.batch_size is not None:  # back to steps/s: one unit for the whole table
             m = row.measurement
-            row.measurement = dataclasses.replace(m, trials=tuple(t / row.config.batch_size for t in m.trials))
+            row.measurement = dataclasses.replace(
+                m, trials=tuple(t / row.config.batch_size for t in m.trials)
+            )
             row.config = row.config.replace(batch_size=None)
     names = ", ".join(r.config.label for r in unseen[:3]) + (" ..." if len(unseen) > 3 else "")
-    result.notes.append(f"speeds are steps/s, not samples/s: trainmedic did not see the batch the model was called "
-                        f"with in {names} (no forward of a model whose first argument is a tensor), and a --set "
-                        "value is not evidence of the batch a script really uses")
+    result.notes.append(
+        f"speeds are steps/s, not samples/s: trainmedic did not see the batch the model was called "
+        f"with in {names} (no forward of a model whose first argument is a tensor), and a --set "
+        "value is not evidence of the batch a script really uses"
+    )
 
 
 def _check_batch_option(result: TuneResult, names: list[str]) -> None:
     """A batch option whose values did not change the batch the model saw is named as such."""
     option = batch_option(names)
     seen = {r.config.batch_size for r in result.measured}
-    values = list(dict.fromkeys(dict(r.config.overrides).get(option, "") for r in result.measured)) if option else []
+    values = (
+        list(dict.fromkeys(dict(r.config.overrides).get(option, "") for r in result.measured))
+        if option
+        else []
+    )
     if option and len(values) > 1 and len(seen) == 1 and None not in seen:
-        result.warnings.append(f"--set {option} took {len(values)} values ({', '.join(values)}) but the "
-                               f"model was called with batch {seen.pop()} in every run: the script does not use "
-                               f"{option} for its training batch, so those runs differ in nothing that option names")
+        result.warnings.append(
+            f"--set {option} took {len(values)} values ({', '.join(values)}) but the "
+            f"model was called with batch {seen.pop()} in every run: the script does not use "
+            f"{option} for its training batch, so those runs differ in nothing that option names"
+        )

@@ -49,8 +49,10 @@ from trainmedic.units import format_bytes, format_duration
 RISE = 0.05
 #: Later stages try their variant on this many of the fastest configurations so far.
 FINALISTS = 2
-CUDA_ON_CPU = ('the build names CUDA (.cuda(), .to("cuda"), device="cuda"); measured on the CPU, those tensors '
-               "were put on the CPU, as trainmedic plan does")
+CUDA_ON_CPU = (
+    'the build names CUDA (.cuda(), .to("cuda"), device="cuda"); measured on the CPU, those tensors '
+    "were put on the CPU, as trainmedic plan does"
+)
 
 
 @dataclass
@@ -96,8 +98,17 @@ def tune(
     check_headroom(headroom)
     capacity_bytes = parse_capacity(capacity) if capacity is not None else None
     budget = Budget(budget_s, started_at if started_at is not None else time.monotonic())
-    search = _Search(build, target, resolve_device(device), trials, min_trial_s, headroom, budget, callbacks or Callbacks(),
-                     capacity_bytes)
+    search = _Search(
+        build,
+        target,
+        resolve_device(device),
+        trials,
+        min_trial_s,
+        headroom,
+        budget,
+        callbacks or Callbacks(),
+        capacity_bytes,
+    )
     search.check(batch_sizes, precisions, compile, memory_formats, current_batch)
     try:
         # The alarm bounds what no check between runs can: planning, a compile, a slow step.
@@ -108,10 +119,14 @@ def tune(
             else:
                 search.staged()
     except KeyboardInterrupt:
-        search.result.stopped_early = f"stopped by Ctrl+C after {len(search.result.measured)} measured configurations"
+        search.result.stopped_early = (
+            f"stopped by Ctrl+C after {len(search.result.measured)} measured configurations"
+        )
     except (_BudgetSpent, OutOfTime):
-        search.result.stopped_early = (f"the budget of {format_duration(budget_s or 0)} ran out after "
-                                       f"{len(search.result.measured)} measured configurations")
+        search.result.stopped_early = (
+            f"the budget of {format_duration(budget_s or 0)} ran out after "
+            f"{len(search.result.measured)} measured configurations"
+        )
         if search.in_flight is not None:
             search.result.stopped_early += f" (stopped while measuring {search.in_flight.label})"
     return search.finish()
@@ -148,7 +163,9 @@ class _Search:
         # Every typo is refused before the slow part (importing, tracing, measuring the roofs).
         self.result = TuneResult(self.target, _describe(self.device), None, budget_s=self.budget.seconds)
         if self.trials < 3:
-            raise TuneError(f"trials={self.trials}: at least 3 trials are needed to see the noise; e.g. --trials 5.")
+            raise TuneError(
+                f"trials={self.trials}: at least 3 trials are needed to see the noise; e.g. --trials 5."
+            )
         self.explicit_batches = check_batches(batch_sizes) if batch_sizes else None
         if precisions:
             self.precisions = check_precisions(precisions, self.device)
@@ -171,9 +188,13 @@ class _Search:
             known = ceilings.source == "catalog" or self.device.type == "cpu"
             self.precisions = default_precisions(self.device, ceilings.peak_flops if known else None)
         if self.device.type == "cpu":
-            self.result.notes.append(f"CPU threads: {torch.get_num_threads()}; a step's speed here depends on what else the machine runs")
+            self.result.notes.append(
+                f"CPU threads: {torch.get_num_threads()}; a step's speed here depends on what else the machine runs"
+            )
         for precision in self.precisions:
-            same_memory = "fp32" if precision == "tf32" and "fp32" in self.limits else None  # tf32 stores fp32
+            same_memory = (
+                "fp32" if precision == "tf32" and "fp32" in self.limits else None
+            )  # tf32 stores fp32
             self.limits[precision] = self.limits[same_memory] if same_memory else self._max_batch(precision)
 
     # -- the two orders -------------------------------------------------------------------
@@ -226,7 +247,9 @@ class _Search:
         if self.explicit_batches is not None:
             for batch in self.explicit_batches:
                 if limit is not None and batch > limit:
-                    self._skip(Config(batch, precision, False, self.formats[0]), self._does_not_fit(batch, precision))
+                    self._skip(
+                        Config(batch, precision, False, self.formats[0]), self._does_not_fit(batch, precision)
+                    )
             return [b for b in self.explicit_batches if limit is None or b <= limit]
         return batch_ladder(limit)
 
@@ -266,9 +289,15 @@ class _Search:
                 step = TrainingStep(self.build, config, self.device)
                 if step.cuda_on_cpu and CUDA_ON_CPU not in self.result.notes:
                     self.result.notes.append(CUDA_ON_CPU)
-                measurement = measure(step, trials=self.trials, min_trial_s=self.min_trial_s, deadline=deadline)
+                measurement = measure(
+                    step, trials=self.trials, min_trial_s=self.min_trial_s, deadline=deadline
+                )
         except torch.cuda.OutOfMemoryError as exc:
-            return Row(config, "failed", reason=f"out of memory at run time although the plan said it fits: {_first_line(exc)}")
+            return Row(
+                config,
+                "failed",
+                reason=f"out of memory at run time although the plan said it fits: {_first_line(exc)}",
+            )
         except PlanError as exc:
             if not self.result.measured:
                 raise  # build(batch_size) itself is broken: no configuration can run
@@ -288,16 +317,24 @@ class _Search:
         try:
             cost = self._cost(config)
         except OutOfTime:  # measured, but the roofline's trace did not finish: keep the speed
-            self.result.warnings.append(f"no roofline for {config.label}: the budget ran out while counting its FLOPs and bytes")
+            self.result.warnings.append(
+                f"no roofline for {config.label}: the budget ran out while counting its FLOPs and bytes"
+            )
             return Row(config, "measured", measurement)
-        line = roofline(cost, self.result.ceilings, config.precision, seconds_per_step) if cost and self.result.ceilings else None
+        line = (
+            roofline(cost, self.result.ceilings, config.precision, seconds_per_step)
+            if cost and self.result.ceilings
+            else None
+        )
         return Row(config, "measured", measurement, line)
 
     def _cost(self, config: Config):
         key = (config.batch_size or 1, config.precision)
         if key not in self.costs:
             try:
-                self.costs[key] = count_step(self.build, key[0], "fp32" if key[1] == "tf32" else key[1], self._plan_device())
+                self.costs[key] = count_step(
+                    self.build, key[0], "fp32" if key[1] == "tf32" else key[1], self._plan_device()
+                )
             except TrainmedicError as exc:
                 self.costs[key] = None
                 self.result.warnings.append(f"no roofline for batch {key[0]} {key[1]}: {exc}")
@@ -315,10 +352,18 @@ class _Search:
     def _max_batch(self, precision: str) -> int | None:
         from trainmedic.plan import plan_memory
 
-        plan = plan_memory(self.build, device=self._plan_device(), capacity=self._free_bytes(),
-                           precision=precision, headroom=self.headroom, max_batch=True)
+        plan = plan_memory(
+            self.build,
+            device=self._plan_device(),
+            capacity=self._free_bytes(),
+            precision=precision,
+            headroom=self.headroom,
+            max_batch=True,
+        )
         if plan.max_batch == 0:
-            self.result.warnings.append(f"{precision}: the plan says even batch 1 does not fit ({format_bytes(plan.required_bytes)} needed)")
+            self.result.warnings.append(
+                f"{precision}: the plan says even batch 1 does not fit ({format_bytes(plan.required_bytes)} needed)"
+            )
         return plan.max_batch
 
     def _does_not_fit(self, batch: int, precision: str) -> str:
@@ -329,13 +374,21 @@ class _Search:
         try:  # one more trace, on fake tensors, for the number the user will ask for
             if self.budget.spent():
                 raise TuneError("no time left to trace it")
-            needed = plan_memory(self.build, batch, device=self._plan_device(), capacity=self._free_bytes(),
-                                 precision=precision, headroom=self.headroom).required_bytes
+            needed = plan_memory(
+                self.build,
+                batch,
+                device=self._plan_device(),
+                capacity=self._free_bytes(),
+                precision=precision,
+                headroom=self.headroom,
+            ).required_bytes
             need = f"needs {format_bytes(needed)}"
         except TrainmedicError:
             need = "does not fit"
-        return (f"the plan says batch {batch} {need}, more than the {format_bytes(usable)} usable; "
-                f"the largest {precision} batch that fits is {limit}")
+        return (
+            f"the plan says batch {batch} {need}, more than the {format_bytes(usable)} usable; "
+            f"the largest {precision} batch that fits is {limit}"
+        )
 
     def _plan_device(self):
         from trainmedic.devices import get_device
@@ -370,7 +423,11 @@ class _Search:
         result.elapsed_s = time.monotonic() - self.budget.started_at
         result.baseline, result.baseline_source = self._baseline()
         result.best, result.ties = pick_best(result.measured, result.baseline)
-        above = [r for r in result.measured if r.roofline and r.roofline.achieved_flops > 1.05 * r.roofline.peak_flops]
+        above = [
+            r
+            for r in result.measured
+            if r.roofline and r.roofline.achieved_flops > 1.05 * r.roofline.peak_flops
+        ]
         if above and result.ceilings is not None and result.ceilings.source == "measured":
             top = max(above, key=lambda r: r.roofline.achieved_flops / r.roofline.peak_flops)
             result.warnings.append(
@@ -386,8 +443,13 @@ class _Search:
             row = self.result.row(self.current)
             if row is not None and row.status == "measured":
                 return self.current, "your current configuration (--current)"
-        fp32 = [r for r in self.result.measured if r.config.precision == "fp32" and not r.config.compile
-                and r.config.memory_format == "contiguous"]
+        fp32 = [
+            r
+            for r in self.result.measured
+            if r.config.precision == "fp32"
+            and not r.config.compile
+            and r.config.memory_format == "contiguous"
+        ]
         if not fp32:
             return None, ""
         largest = max(fp32, key=lambda r: r.config.batch_size or 0)

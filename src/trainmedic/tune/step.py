@@ -52,10 +52,16 @@ class TrainingStep:
         self.loss_fn = loss_fn
         self.model = torch.compile(model) if config.compile else model
         dtype = _AUTOCAST.get(config.precision)
-        self._autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype is not None else contextlib.nullcontext
+        self._autocast = (
+            (lambda: torch.autocast(device.type, dtype=dtype))
+            if dtype is not None
+            else contextlib.nullcontext
+        )
         # A GradScaler only makes sense with an optimizer to step: without one, update() has no
         # inf checks to read and raises.
-        self.scaler = _grad_scaler(device) if config.precision == "fp16" and self.optimizer is not None else None
+        self.scaler = (
+            _grad_scaler(device) if config.precision == "fp16" and self.optimizer is not None else None
+        )
 
     def __call__(self) -> None:
         """One step: forward, loss, backward, optimizer step, zero_grad."""
@@ -101,7 +107,9 @@ def _names_cuda(func, args: tuple, kwargs: dict) -> bool:
     if func is torch.Tensor.cuda or any(_is_cuda(v) for v in (*args, *kwargs.values())):
         return True
     index_at = 0 if func is torch.device else 1 if func is torch.Tensor.to else None
-    return _is_index(kwargs.get("device")) or (index_at is not None and len(args) > index_at and _is_index(args[index_at]))
+    return _is_index(kwargs.get("device")) or (
+        index_at is not None and len(args) > index_at and _is_index(args[index_at])
+    )
 
 
 @contextlib.contextmanager

@@ -41,4 +41,6 @@ def pick_best(measured: list[Row], baseline: Config | None) -> tuple[Config | No
     fastest = max(measured, key=lambda r: r.samples_per_s or 0.0)
     tied = [r for r in measured if r is fastest or within_noise(fastest, r)]
     best = min(tied, key=lambda r: (changes(r.config, baseline), -(r.samples_per_s or 0.0)))
-    return best.config, [r.config for r in sorted(tied, key=lambda r: -(r.samples_per_s or 0.0)) if r is not best]
+    return best.config, [
+        r.config for r in sorted(tied, key=lambda r: -(r.samples_per_s or 0.0)) if r is not best
+    ]

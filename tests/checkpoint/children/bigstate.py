@@ -25,7 +25,9 @@ def main() -> int:
     p.add_argument("--dir", required=True)
     p.add_argument("--mb", type=int, default=200)
     p.add_argument("--kind", choices=("numpy", "tensors", "module"), default="numpy")
-    p.add_argument("--torch", action="store_true", help="import torch: the Checkpointer then writes with torch.save")
+    p.add_argument(
+        "--torch", action="store_true", help="import torch: the Checkpointer then writes with torch.save"
+    )
     p.add_argument("--progress")
     args = p.parse_args()
     if args.torch or args.kind != "numpy":
@@ -51,18 +53,24 @@ def main() -> int:
     after = peak_bytes()
     info = ckpt.last_save
     latest = ckpt.latest()
-    print(json.dumps({
-        "written": written,
-        "state_bytes": int(nbytes),
-        "serializer": json.load(open(f"{info.path}/manifest.json"))["files"]["state.pt"]["serializer"],
-        "peak_before": before,
-        "peak_after": after,
-        "seconds": info.seconds,
-        "bytes": info.bytes,
-        "latest_save_seconds": latest.save_seconds,
-        "latest_bytes": latest.bytes,
-        "path": str(info.path),
-    }))
+    print(
+        json.dumps(
+            {
+                "written": written,
+                "state_bytes": int(nbytes),
+                "serializer": json.load(open(f"{info.path}/manifest.json"))["files"]["state.pt"][
+                    "serializer"
+                ],
+                "peak_before": before,
+                "peak_after": after,
+                "seconds": info.seconds,
+                "bytes": info.bytes,
+                "latest_save_seconds": latest.save_seconds,
+                "latest_bytes": latest.bytes,
+                "path": str(info.path),
+            }
+        )
+    )
     return 0
 
 

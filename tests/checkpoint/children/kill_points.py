@@ -45,8 +45,15 @@ def main() -> int:
     p.add_argument("--progress")
     p.add_argument("--arm-at", type=int, default=0)
     p.add_argument("--trace")
-    p.add_argument("--during", choices=("save", "init"), default="save", help="arm the hooks for save(3) or for construction + restore")
-    p.add_argument("--torch", action="store_true", help="import torch: the Checkpointer then writes with torch.save")
+    p.add_argument(
+        "--during",
+        choices=("save", "init"),
+        default="save",
+        help="arm the hooks for save(3) or for construction + restore",
+    )
+    p.add_argument(
+        "--torch", action="store_true", help="import torch: the Checkpointer then writes with torch.save"
+    )
     args = p.parse_args()
     if args.torch:
         import torch  # noqa: F401
@@ -62,7 +69,9 @@ def main() -> int:
     def wrap(name: str, real):
         def hooked(*a, **kw):
             if armed:
-                calls.append([name, *(os.fspath(x) if isinstance(x, (str, os.PathLike)) else repr(x) for x in a)])
+                calls.append(
+                    [name, *(os.fspath(x) if isinstance(x, (str, os.PathLike)) else repr(x) for x in a)]
+                )
                 if len(calls) == args.arm_at:
                     kill(getpid(), signal.SIGKILL)
             return real(*a, **kw)

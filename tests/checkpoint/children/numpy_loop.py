@@ -77,7 +77,11 @@ def main() -> int:
     ckpt = None
     start = 0
     if not args.plain:
-        kwargs: dict = {"keep_last": args.keep_last, "every": parse_every(args.every), "exit_on_stop": bool(args.exit_on_stop)}
+        kwargs: dict = {
+            "keep_last": args.keep_last,
+            "every": parse_every(args.every),
+            "exit_on_stop": bool(args.exit_on_stop),
+        }
         if args.deadline_in is not None:
             deadline = dt.datetime.now() + dt.timedelta(seconds=args.deadline_in)
             progress.log("deadline", repr(deadline.timestamp()))

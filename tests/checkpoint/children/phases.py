@@ -33,7 +33,12 @@ def main() -> int:
     start = ckpt.restore(pool=pool, state=state)
     r = ckpt.resumed
     progress.log(
-        "restored", start, r.phase or "-", ",".join(r.phases_done) or "-", int(ckpt.done("pool")), ",".join(r.loaded) or "-"
+        "restored",
+        start,
+        r.phase or "-",
+        ",".join(r.phases_done) or "-",
+        int(ckpt.done("pool")),
+        ",".join(r.loaded) or "-",
     )
 
     if not ckpt.done("pool"):

@@ -100,7 +100,9 @@ def run_stepwise(ckpt, progress: Progress, hold_at: int, which: str) -> dict:
     if which == "tmdata":
         loader = trainmedic.data.load({"x": x, "y": y}, batch_size=16, shuffle=True, seed=7, progress=False)
     else:
-        loader = StatefulDataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), batch_size=24, shuffle=True)
+        loader = StatefulDataLoader(
+            TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), batch_size=24, shuffle=True
+        )
     model, opt, sched, scaler = build(total, "onecycle")
     objects = {"model": model, "optimizer": opt, "scheduler": sched, "scaler": scaler, "loader": loader}
     start = 0

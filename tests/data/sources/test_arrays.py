@@ -20,7 +20,10 @@ def test_dict_of_tensors_and_arrays_keeps_dtypes():
     [
         ({"x": np.zeros((10, 2)), "y": np.zeros(9)}, "field 'y' has 9 samples but 'x' has 10"),
         ({"x": np.array(["a", "b"])}, "field 'x' .* dtype <U1"),
-        ({"x": np.zeros(3), "t": np.array(["2020-01-01"] * 3, dtype="datetime64[D]")}, "field 't' .*datetimes"),
+        (
+            {"x": np.zeros(3), "t": np.array(["2020-01-01"] * 3, dtype="datetime64[D]")},
+            "field 't' .*datetimes",
+        ),
         ({"x": [[1, 2], [3]]}, "field 'x' .*ragged"),
         ({"x": np.float32(1.0)}, "field 'x' .*scalar"),
         ({}, "empty"),

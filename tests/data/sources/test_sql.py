@@ -66,7 +66,11 @@ def test_numeric_columns_round_trip_with_inferred_and_declared_dtypes(tmp_path):
     assert (source.length, source.specs, source.random_access) == (None, (), False)
     data = read_all(source)
     assert [(s.name, s.dtype, s.shape) for s in source.specs] == [
-        ("id", np.int64, ()), ("x", np.float64, ()), ("flag", np.bool_, ()), ("y", np.int16, ())]
+        ("id", np.int64, ()),
+        ("x", np.float64, ()),
+        ("flag", np.bool_, ()),
+        ("y", np.int16, ()),
+    ]
     np.testing.assert_array_equal(data["id"], np.arange(10))
     np.testing.assert_array_equal(data["x"], np.arange(10) * 0.5)
     np.testing.assert_array_equal(data["flag"], np.arange(10) % 2 == 1)
@@ -272,14 +276,24 @@ def with_password(url: str) -> str:
 def test_postgres_numeric_bytea_and_bool_columns_round_trip(pg):
     x = np.random.default_rng(0).standard_normal((20, 8)).astype(np.float32)
     pg.run("CREATE TABLE s.t (id int8, small int2, w float8, r real, ok bool, name text, x bytea)")
-    pg.many("INSERT INTO s.t VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            [(i, i, i / 4, i / 2, i % 3 == 0, f"a{i}", x[i].tobytes()) for i in range(20)])
-    source = SqlSource(pg.url, pg.q("SELECT id, small, w, r, ok, x FROM s.t WHERE name LIKE 'a%' ORDER BY id"),
-                       schema={"r": "float32", "x": ("float32", (8,))})
+    pg.many(
+        "INSERT INTO s.t VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        [(i, i, i / 4, i / 2, i % 3 == 0, f"a{i}", x[i].tobytes()) for i in range(20)],
+    )
+    source = SqlSource(
+        pg.url,
+        pg.q("SELECT id, small, w, r, ok, x FROM s.t WHERE name LIKE 'a%' ORDER BY id"),
+        schema={"r": "float32", "x": ("float32", (8,))},
+    )
     data = read_all(source, rows=7)
     assert [(s.name, s.dtype, s.shape) for s in source.specs] == [
-        ("id", np.int64, ()), ("small", np.int64, ()), ("w", np.float64, ()),
-        ("r", np.float32, ()), ("ok", np.bool_, ()), ("x", np.float32, (8,))]
+        ("id", np.int64, ()),
+        ("small", np.int64, ()),
+        ("w", np.float64, ()),
+        ("r", np.float32, ()),
+        ("ok", np.bool_, ()),
+        ("x", np.float32, (8,)),
+    ]
     np.testing.assert_array_equal(data["id"], np.arange(20))
     np.testing.assert_array_equal(data["ok"], np.arange(20) % 3 == 0)
     np.testing.assert_array_equal(data["x"], x)
@@ -288,8 +302,10 @@ def test_postgres_numeric_bytea_and_bool_columns_round_trip(pg):
 def test_postgres_real_arrays_declared_and_inferred(pg):
     v = np.arange(30, dtype=np.float32).reshape(10, 3) / 8
     pg.run("CREATE TABLE s.t (id int4, v real[], m int4[][])")
-    pg.many("INSERT INTO s.t VALUES (%s, %s, %s)",
-            [(i, v[i].tolist(), [[i, i + 1], [i + 2, i + 3]]) for i in range(10)])
+    pg.many(
+        "INSERT INTO s.t VALUES (%s, %s, %s)",
+        [(i, v[i].tolist(), [[i, i + 1], [i + 2, i + 3]]) for i in range(10)],
+    )
     query = pg.q("SELECT v, m FROM s.t ORDER BY id")
     inferred = SqlSource(pg.url, query)
     data = read_all(inferred, rows=4)
@@ -388,8 +404,14 @@ def test_a_query_served_from_its_disk_cache_keeps_its_fields_and_rows(tmp_path):
         conn.executemany("INSERT INTO t VALUES (?, ?)", [(i * 0.5, i) for i in range(1000)])
     url = f"sqlite:///{db}"
     for run in ("built", "reused"):
-        loader = data.load(url, query="SELECT a, b FROM t", batch_size=1000, shuffle=False, tier="disk",
-                           cache_dir=tmp_path / "cache")
+        loader = data.load(
+            url,
+            query="SELECT a, b FROM t",
+            batch_size=1000,
+            shuffle=False,
+            tier="disk",
+            cache_dir=tmp_path / "cache",
+        )
         assert f"{run} the cache" in loader.explain()
         assert loader.fields == ("a", "b") and len(loader) == 1
         a, b = next(iter(loader))

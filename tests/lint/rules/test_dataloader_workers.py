@@ -27,14 +27,19 @@ IMAGE_DATASET = """
 
 
 def test_image_dataset_without_workers(lint):
-    source = IMAGE_DATASET + """
+    source = (
+        IMAGE_DATASET
+        + """
     train_set = CsvImageDataset("data", rows)
     train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
     val_loader = DataLoader(Subset(CsvImageDataset("data", val_rows), range(1000)), batch_size=64, num_workers=0)
     """
+    )
     found = lint(source, "TM110")
     assert [line for line, _ in found] == [22, 23]
-    assert found[0][1].startswith("DataLoader over CsvImageDataset without num_workers: CsvImageDataset.__getitem__")
+    assert found[0][1].startswith(
+        "DataLoader over CsvImageDataset without num_workers: CsvImageDataset.__getitem__"
+    )
     assert "Image.open() at line 15" in found[0][1] and "with num_workers=0" in found[1][1]
     assert not found[0][1].endswith(".")
 
@@ -64,7 +69,9 @@ def test_database_dataset_mentions_seed_003_pickling(lint):
 
 
 def test_workers_recreated_every_epoch(lint):
-    source = IMAGE_DATASET + """
+    source = (
+        IMAGE_DATASET
+        + """
     def train_one_epoch(model, loader, optimizer):
         for x, y in loader:
             loss = model(x, y)
@@ -80,6 +87,7 @@ def test_workers_recreated_every_epoch(lint):
             for x, y in val_loader:
                 evaluate(x, y)
     """
+    )
     found = lint(source, "TM110")
     assert [line for line, _ in found] == [29, 30]
     assert "num_workers=args.workers) is iterated every epoch (line 32)" in found[0][1]
@@ -89,7 +97,9 @@ def test_workers_recreated_every_epoch(lint):
 
 
 def test_loader_attribute_iterated_by_an_epoch_method(lines):
-    source = IMAGE_DATASET + """
+    source = (
+        IMAGE_DATASET
+        + """
     class Trainer:
         def __init__(self, rows):
             self.train_loader = DataLoader(CsvImageDataset("d", rows), batch_size=32, num_workers=8)
@@ -102,11 +112,14 @@ def test_loader_attribute_iterated_by_an_epoch_method(lines):
             for epoch in range(epochs):
                 self.train_epoch()
     """
+    )
     assert lines(source, "TM110") == [23]
 
 
 def test_in_memory_datasets_and_good_loaders_are_fine(lines):
-    source = IMAGE_DATASET + """
+    source = (
+        IMAGE_DATASET
+        + """
     import numpy as np
 
     class ArrayDataset(Dataset):
@@ -137,14 +150,18 @@ def test_in_memory_datasets_and_good_loaders_are_fine(lines):
 
     dataset = CsvImageDataset("d", rows)
     """
+    )
     assert lines(source, "TM110") == []
 
 
 def test_noqa_silences_the_line():
-    source = textwrap.dedent(IMAGE_DATASET + """
+    source = textwrap.dedent(
+        IMAGE_DATASET
+        + """
     a = DataLoader(CsvImageDataset("d", rows))  # noqa: TM110
     b = DataLoader(CsvImageDataset("d", rows))
-    """)
+    """
+    )
     assert [v.line for v in lint_source(source) if v.code == "TM110"] == [22]
 
 
@@ -227,7 +244,9 @@ def test_hdf5_handles_module_loaders_and_lazy_full_loads(lint):
 
 
 def test_a_parameter_with_the_loaders_name_is_another_loader(lines):
-    source = IMAGE_DATASET + """
+    source = (
+        IMAGE_DATASET
+        + """
     loader = DataLoader(CsvImageDataset("d", rows), batch_size=64, num_workers=4)
     first = next(iter(loader))
 
@@ -238,6 +257,7 @@ def test_a_parameter_with_the_loaders_name_is_another_loader(lines):
     for epoch in range(3):
         evaluate(model, val_loader)
     """
+    )
     assert lines(source, "TM110") == []
 
 

@@ -13,7 +13,9 @@ GPU = """
 
 
 def test_item_in_the_step_loop_is_flagged_with_the_fix(lint):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     model = Net().to(device)
     for epoch in range(epochs):
         running_loss = 0.0
@@ -26,6 +28,7 @@ def test_item_in_the_step_loop_is_flagged_with_the_fix(lint):
             running_loss += loss.item()
         print(f"epoch {epoch} loss {running_loss / len(loader):.4f}")
     """
+    )
     [(line, message)] = lint(source, "TM107")
     assert line == 14
     assert message.startswith("loss.item() makes the host wait for the GPU on every training step")
@@ -33,7 +36,9 @@ def test_item_in_the_step_loop_is_flagged_with_the_fix(lint):
 
 
 def test_cpu_copies_float_and_print_of_device_values_are_flagged(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     for step, (images, labels) in enumerate(train_loader):
         images = images.cuda(non_blocking=True)
         labels = labels.cuda(non_blocking=True)
@@ -49,11 +54,14 @@ def test_cpu_copies_float_and_print_of_device_values_are_flagged(lines):
         print(f"step {step}: {loss:.3f}")
         tqdm_bar.set_postfix(acc=(outputs.argmax(1) == labels).float().mean().item())
     """
+    )
     assert lines(source, "TM107") == [13, 14, 15, 16, 17, 18]
 
 
 def test_one_finding_per_line(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     for x, y in loader:
         out = model(x.to(device))
         loss = criterion(out, y.to(device))
@@ -61,6 +69,7 @@ def test_one_finding_per_line(lines):
         optimizer.step()
         print(f"loss {loss.item():.4f} acc {(out.argmax(1) == y.to(device)).float().mean().item():.3f}")
     """
+    )
     assert lines(source, "TM107") == [10]
 
 
@@ -79,7 +88,9 @@ def test_a_cpu_only_script_is_not_flagged(lines):
 
 
 def test_rate_limited_reads_and_device_side_accumulation_are_not_flagged(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     total = torch.zeros((), device=device)
     for step, (x, y) in enumerate(loader):
         x, y = x.to(device), y.to(device)
@@ -93,11 +104,14 @@ def test_rate_limited_reads_and_device_side_accumulation_are_not_flagged(lines):
             print(loss)
     print(total.item())
     """
+    )
     assert lines(source, "TM107") == []
 
 
 def test_host_values_and_the_raw_batch_are_not_syncs(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     import numpy as np
     history = []
     for epoch in range(num_epochs):
@@ -116,11 +130,14 @@ def test_host_values_and_the_raw_batch_are_not_syncs(lines):
             history.append(loss.detach())
             print("epoch", epoch, "batch", i)
     """
+    )
     assert lines(source, "TM107") == []
 
 
 def test_evaluation_loops_are_not_step_loops(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     def evaluate(model, loader):
         model.eval()
         correct = 0
@@ -138,11 +155,14 @@ def test_evaluation_loops_are_not_step_loops(lines):
         acc = evaluate(model, val_loader)
         print(f"epoch {epoch}: acc {acc:.3f} loss {loss.item():.4f}")
     """
+    )
     assert lines(source, "TM107") == []
 
 
 def test_a_helper_called_every_step_names_the_call(lint):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     def batch_accuracy(logits, labels):
         return (logits.argmax(dim=1) == labels).float().mean().item()
 
@@ -156,13 +176,16 @@ def test_a_helper_called_every_step_names_the_call(lint):
             acc = batch_accuracy(logits, y)
             meter.update(float(acc))
     """
+    )
     [(line, message)] = lint(source, "TM107")
     assert line == 6
     assert "called every step at line 15" in message
 
 
 def test_a_step_function_returning_a_python_float_is_not_read_again(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     def train_step(model, batch):
         x, y = batch[0].to(device), batch[1].to(device)
         loss = criterion(model(x), y)
@@ -174,6 +197,7 @@ def test_a_step_function_returning_a_python_float_is_not_read_again(lines):
         value = train_step(model, batch)
         meter.update(float(value))
     """
+    )
     assert lines(source, "TM107") == [10]
 
 
@@ -213,19 +237,24 @@ def test_accelerate_marks_the_module_as_gpu(lines):
 
 
 def test_noqa_silences_the_line():
-    source = textwrap.dedent(GPU + """
+    source = textwrap.dedent(
+        GPU
+        + """
     for x, y in loader:
         loss = criterion(model(x.to(device)), y.to(device))
         loss.backward()
         optimizer.step()
         a = loss.item()  # noqa: TM107
         b = loss.item()  # noqa: E501
-    """)
+    """
+    )
     assert [v.line for v in lint_source(source) if v.code == "TM107"] == [10]
 
 
 def test_failure_branches_are_not_every_step(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     import math, sys
     for images, targets in loader:
         images = [img.to(device) for img in images]
@@ -243,11 +272,14 @@ def test_failure_branches_are_not_every_step(lines):
             raise
         optimizer.step()
     """
+    )
     assert lines(source, "TM107") == [10]
 
 
 def test_values_the_environment_needs_are_not_deferrable(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     def select_action(state):
         q = policy_net(torch.as_tensor(state, device=device))
         return q.argmax().item()
@@ -264,6 +296,7 @@ def test_values_the_environment_needs_are_not_deferrable(lines):
             optimizer.step()
             envs.step(policy_net(obs).argmax(-1).cpu().numpy())
     """
+    )
     assert lines(source, "TM107") == []
 
 
@@ -281,7 +314,9 @@ def test_keras_batch_results_are_host_values(lines):
 
 
 def test_models_optimizers_and_their_attributes_are_not_tensors(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     model = Net().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     losses = []
@@ -296,11 +331,14 @@ def test_models_optimizers_and_their_attributes_are_not_tensors(lines):
         print(float(mean_loss), compute_accuracy(model, val_loader))
         print(model)
     """
+    )
     assert lines(source, "TM107") == []
 
 
 def test_submodule_outputs_are_on_the_device(lines):
-    source = GPU + """
+    source = (
+        GPU
+        + """
     class Trainer:
         def train_step(self, batch):
             x, y = batch[0].to(device), batch[1].to(device)
@@ -311,6 +349,7 @@ def test_submodule_outputs_are_on_the_device(lines):
             self.optimizer.step()
             return feats.cpu(), int(logits.argmax())
     """
+    )
     assert lines(source, "TM107") == [13]
 
 

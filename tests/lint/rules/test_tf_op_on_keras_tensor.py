@@ -193,8 +193,15 @@ def test_match_cases_are_branches(lines):
     assert lines(source, "TM103") == [11, 19]
 
 
-@pytest.mark.parametrize("handler", ["except", pytest.param("except*", marks=pytest.mark.skipif(
-    sys.version_info < (3, 11), reason="except* is Python 3.11+"))])
+@pytest.mark.parametrize(
+    "handler",
+    [
+        "except",
+        pytest.param(
+            "except*", marks=pytest.mark.skipif(sys.version_info < (3, 11), reason="except* is Python 3.11+")
+        ),
+    ],
+)
 def test_try_blocks_are_branches_with_or_without_a_star(lines, handler):
     source = f"""
         import tensorflow as tf

@@ -29,7 +29,9 @@ def test_cudnn_backward_workspace_is_the_measured_one():
 
 def _mha(batch_size):
     layer = nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True)
-    return dict(model=layer, inputs=torch.randn(batch_size, 128, 256), optimizer=lambda p: torch.optim.AdamW(p))
+    return dict(
+        model=layer, inputs=torch.randn(batch_size, 128, 256), optimizer=lambda p: torch.optim.AdamW(p)
+    )
 
 
 def test_multihead_attention_copies_the_kernels_output_as_the_card_does():

@@ -20,8 +20,13 @@ def _dtypes_under(region):
             soft = logits.softmax(-1)
             log_probs = torch.log_softmax(logits, 1, dtype=logits.dtype)
             loss = F.cross_entropy(logits, target)
-    return {"linear": logits.dtype, "layer_norm": norm.dtype, "softmax": soft.dtype,
-            "log_softmax with its dtype": log_probs.dtype, "cross_entropy": loss.dtype}
+    return {
+        "linear": logits.dtype,
+        "layer_norm": norm.dtype,
+        "softmax": soft.dtype,
+        "log_softmax with its dtype": log_probs.dtype,
+        "cross_entropy": loss.dtype,
+    }
 
 
 def test_cuda_policy_replaces_the_cpus_while_installed_and_only_then():
@@ -30,8 +35,13 @@ def test_cuda_policy_replaces_the_cpus_while_installed_and_only_then():
         on_cuda = _dtypes_under(lambda: cuda.region(torch.bfloat16))
     on_cpu = _dtypes_under(lambda: torch.autocast("cpu", dtype=torch.bfloat16))
     # CUDA: matmuls in bf16; layer_norm and softmax in fp32; a dtype given explicitly is kept.
-    assert on_cuda == {"linear": torch.bfloat16, "layer_norm": torch.float32, "softmax": torch.float32,
-                       "log_softmax with its dtype": torch.bfloat16, "cross_entropy": torch.float32}
+    assert on_cuda == {
+        "linear": torch.bfloat16,
+        "layer_norm": torch.float32,
+        "softmax": torch.float32,
+        "log_softmax with its dtype": torch.bfloat16,
+        "cross_entropy": torch.float32,
+    }
     # The CPU's own lists are back once the trace ends: layer_norm and softmax stay in bf16 there.
     assert on_cpu["layer_norm"] == torch.float32 and on_cpu["softmax"] == torch.bfloat16
 

@@ -12,7 +12,9 @@ from trainmedic.plan.cuda import conv
 
 def _pass(batch: int, kind: str = conv.FORWARD, dtype: str = "float32") -> conv.ConvPass:
     # The second 3x3 convolution of benchmarks/plan_zoo.py's CNN, recorded on an H200.
-    return conv.ConvPass(kind, dtype, (batch, 32, 32, 32), (32, 32, 3, 3), (1, 1), (1, 1), (1, 1), 1, False, False)
+    return conv.ConvPass(
+        kind, dtype, (batch, 32, 32, 32), (32, 32, 3, 3), (1, 1), (1, 1), (1, 1), 1, False, False
+    )
 
 
 def test_a_recorded_pass_takes_the_measured_workspace():
@@ -32,14 +34,18 @@ def test_an_unrecorded_pass_or_card_is_estimated():
 def test_the_estimate_is_input_output_and_weight():
     x, w = torch.empty(4, 3, 16, 16, device="meta"), torch.empty(8, 3, 3, 3, device="meta")
     out = torch.empty(4, 8, 16, 16, device="meta")
-    ((conv_pass, estimate),) = conv.passes_of("convolution", (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), out)
+    ((conv_pass, estimate),) = conv.passes_of(
+        "convolution", (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), out
+    )
     assert conv_pass.kind == conv.FORWARD and conv_pass.batch == 4
     assert estimate == (4 * 3 * 16 * 16 + 4 * 8 * 16 * 16 + 8 * 3 * 3 * 3) * 4
 
 
 def _cnn(batch_size):
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1))
-    return dict(model=model, inputs=torch.randn(batch_size, 3, 32, 32), optimizer=lambda p: torch.optim.SGD(p, 0.1))
+    return dict(
+        model=model, inputs=torch.randn(batch_size, 3, 32, 32), optimizer=lambda p: torch.optim.SGD(p, 0.1)
+    )
 
 
 def test_a_plan_with_estimated_workspaces_says_so_and_is_less_sure():

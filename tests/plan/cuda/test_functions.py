@@ -14,8 +14,11 @@ from trainmedic.plan.trace import trace_step
 
 def _encoder(batch_size):
     layer = nn.TransformerEncoderLayer(128, 4, 512, batch_first=True, norm_first=True)
-    return dict(model=nn.TransformerEncoder(layer, 3), inputs=torch.randn(batch_size, 64, 128),
-                optimizer=lambda p: torch.optim.AdamW(p))
+    return dict(
+        model=nn.TransformerEncoder(layer, 3),
+        inputs=torch.randn(batch_size, 64, 128),
+        optimizer=lambda p: torch.optim.AdamW(p),
+    )
 
 
 def test_a_deep_copied_layers_transposed_weights_are_views_not_tensors():
@@ -72,8 +75,11 @@ def test_attention_of_three_dimensional_queries_takes_the_math_path():
 
     def build(b):
         proj = nn.Linear(16, 48)
-        return dict(model=proj, inputs=torch.randn(b, 32, 16),
-                    loss_fn=lambda out: F.scaled_dot_product_attention(*out.chunk(3, -1)).sum())
+        return dict(
+            model=proj,
+            inputs=torch.randn(b, 32, 16),
+            loss_fn=lambda out: F.scaled_dot_product_attention(*out.chunk(3, -1)).sum(),
+        )
 
     trace = trace_step(build, 4, get_device("h200"))
     assert trace.incomplete is None and not trace.estimates[1:]
@@ -91,14 +97,20 @@ def test_attention_under_autocast_picks_the_kernel_for_the_cast_inputs():
             q, k, v = self.qkv(x).float().view(x.shape[0], x.shape[1], 3, 1, 64).permute(2, 0, 3, 1, 4)
             return F.scaled_dot_product_attention(q, k, v)  # fp32 inputs: autocast casts them to bf16
 
-    trace = trace_step(lambda b: dict(model=Attend(), inputs=torch.randn(b, 32, 64)), 2, get_device("h100"), "bf16")
+    trace = trace_step(
+        lambda b: dict(model=Attend(), inputs=torch.randn(b, 32, 64)), 2, get_device("h100"), "bf16"
+    )
     assert any("cudnn kernel on h100" in n for n in trace.notes)
 
 
 def test_reductions_of_scalars_and_expanded_softmax_gradients_plan_as_the_card_runs_them():
     def build(b):
         lin = nn.Linear(32, 512)
-        return dict(model=lin, inputs=torch.randn(b, 32), loss_fn=lambda out: out.softmax(-1).sum() + out.mean().sum(0))
+        return dict(
+            model=lin,
+            inputs=torch.randn(b, 32),
+            loss_fn=lambda out: out.softmax(-1).sum() + out.mean().sum(0),
+        )
 
     trace = trace_step(build, 1024, get_device("h200"))
     assert trace.incomplete is None
@@ -110,7 +122,11 @@ def test_reductions_of_scalars_and_expanded_softmax_gradients_plan_as_the_card_r
 def test_norm_under_cuda_autocast_runs_in_fp32():
     def build(b):
         lin = nn.Linear(8, 8)
-        return dict(model=lin, inputs=torch.randn(b, 8), loss_fn=lambda out: torch.norm(out) + torch.norm(out, 2, 1).sum())
+        return dict(
+            model=lin,
+            inputs=torch.randn(b, 8),
+            loss_fn=lambda out: torch.norm(out) + torch.norm(out, 2, 1).sum(),
+        )
 
     trace = trace_step(build, 16, get_device("h200"), "bf16")
     assert trace.incomplete is None
@@ -123,7 +139,12 @@ def test_a_gap_in_the_card_model_is_a_stated_estimate_not_the_users_error(monkey
         raise ValueError("a shape this model does not know")
 
     monkeypatch.setattr(CudaKernels, "_logsumexp", broken)
-    build = lambda b: dict(model=nn.Linear(8, 8), inputs=torch.randn(b, 8), loss_fn=lambda out: out.logsumexp(1).mean())  # noqa: E731
+
+    def build(b):
+        return dict(
+            model=nn.Linear(8, 8), inputs=torch.randn(b, 8), loss_fn=lambda out: out.logsumexp(1).mean()
+        )
+
     trace = trace_step(build, 4, get_device("h200"))
     assert trace.incomplete is None
     assert any("buffers of logsumexp are not modelled (ValueError" in e for e in trace.estimates)
@@ -140,5 +161,9 @@ def test_an_lstm_with_a_projection_plans_with_its_projected_outputs():
             assert out.shape[-1] == 16
             return out.sum()
 
-    trace = trace_step(lambda b: dict(model=Projected(), inputs=torch.randn(b, 10, 8), loss_fn=lambda out: out), 4, get_device("h200"))
+    trace = trace_step(
+        lambda b: dict(model=Projected(), inputs=torch.randn(b, 10, 8), loss_fn=lambda out: out),
+        4,
+        get_device("h200"),
+    )
     assert trace.incomplete is None

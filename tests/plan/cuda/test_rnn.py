@@ -22,7 +22,9 @@ class Recurrent(nn.Module):
 
 
 def _build(kind):
-    return lambda b: dict(model=Recurrent(kind), inputs=torch.randn(b, 32, 64), optimizer=lambda p: torch.optim.Adam(p))
+    return lambda b: dict(
+        model=Recurrent(kind), inputs=torch.randn(b, 32, 64), optimizer=lambda p: torch.optim.Adam(p)
+    )
 
 
 def test_an_lstm_on_the_card_it_was_measured_on_is_checked():

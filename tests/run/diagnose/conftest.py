@@ -11,8 +11,9 @@ from trainmedic.run.probe.source_facts import Sources
 from trainmedic.run.report.model import DeviceInfo
 
 
-def make_measurements(lines, durations, ops_by_function=None, census_steps=0, per_step=None, cpu_durations=None,
-                      sources=None):
+def make_measurements(
+    lines, durations, ops_by_function=None, census_steps=0, per_step=None, cpu_durations=None, sources=None
+):
     steady = Aggregate()
     for (slot, kind, where, function), seconds in lines.items():
         steady.add((slot, kind, where, function), seconds, samples=max(int(seconds / 0.01), 1))

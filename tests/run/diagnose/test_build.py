@@ -53,7 +53,10 @@ def test_a_function_issuing_thousands_of_cheap_ops_is_a_tiny_op_loop(completed, 
 
 def test_expensive_ops_in_a_loop_are_not_tiny(completed, measure):
     fn = "train.py:3:big"
-    lines = {(BEFORE_MODEL, "", "train.py:7", fn): 1.0 * STEPS, ("compute", "forward", "train.py:20", "f"): 0.5 * STEPS}
+    lines = {
+        (BEFORE_MODEL, "", "train.py:7", fn): 1.0 * STEPS,
+        ("compute", "forward", "train.py:20", "f"): 0.5 * STEPS,
+    }
     m = measure(lines, [1.5] * STEPS, ops_by_function={fn: 400}, census_steps=2)  # 5 ms per op
     assert diagnose(m, ["train.py"], completed).breakdown["tiny_ops"] == 0.0
 
@@ -111,8 +114,14 @@ def test_a_cuda_run_reports_nvml_readings_and_the_synchronised_boundaries(comple
     from trainmedic.run.report.model import DeviceInfo
 
     m = measure({("compute", "forward", "t.py:1", "f"): 1.0}, [0.1] * STEPS)
-    nvml = {"available": True, "util_gpu_pct_mean": 97.5, "power_w_mean": 610.0, "power_limit_w": 700.0,
-            "sm_clock_mhz_mean": 1980.0, "pstate_mean": 0.0}
+    nvml = {
+        "available": True,
+        "util_gpu_pct_mean": 97.5,
+        "power_w_mean": 610.0,
+        "power_limit_w": 700.0,
+        "sm_clock_mhz_mean": 1980.0,
+        "pstate_mean": 0.0,
+    }
     m.device = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", {"nvml": nvml})
     notes = " ".join(diagnose(m, ["t.py"], completed).notes)
     assert "GPU busy 97.5 %" in notes and "610.0 W of 700.0 W" in notes

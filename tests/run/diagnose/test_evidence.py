@@ -24,8 +24,18 @@ def no_steps(measure, lines, **changes):
     setup = Aggregate()
     for key, seconds in lines.items():
         setup.add(key, seconds, samples=int(seconds / 0.01))
-    return dataclasses.replace(m, step_source=None, warmup=3, steady_steps=0, durations=[], warmup_durations=[],
-                               cpu_durations=[], setup=setup, setup_s=m.wall_s, **changes)
+    return dataclasses.replace(
+        m,
+        step_source=None,
+        warmup=3,
+        steady_steps=0,
+        durations=[],
+        warmup_durations=[],
+        cpu_durations=[],
+        setup=setup,
+        setup_s=m.wall_s,
+        **changes,
+    )
 
 
 def rendered(report: Report) -> str:
@@ -57,8 +67,12 @@ def test_a_script_whose_argument_parsing_exits_is_no_verdict_either(measure):
 
 def test_a_completed_run_with_no_steps_and_no_loop_shows_whole_run_time_as_whole_run_time(measure, completed):
     lines = {**IMPORTS, (BEFORE_MODEL, "", "gen.py:7", "gen.py:1:<module>"): 30.0}
-    m = no_steps(measure, lines, loop_problem="another tracer (a debugger or coverage) is active, so the loop could not be timed",
-                 max_steps=9)
+    m = no_steps(
+        measure,
+        lines,
+        loop_problem="another tracer (a debugger or coverage) is active, so the loop could not be timed",
+        max_steps=9,
+    )
     report = diagnose(m, ["gen.py"], completed)
     assert (report.evidence, report.bottleneck, report.findings) == ("whole run", None, [])
     assert report.lines[0].where == "gen.py:7" and report.lines[0].seconds_per_step == pytest.approx(30.0)
@@ -107,10 +121,23 @@ def test_a_loop_with_a_backward_in_it_is_a_training_step_not_a_per_sample_loop(m
 
 def test_steps_too_short_to_sample_inside_keep_their_count_and_name_no_bottleneck(measure, completed):
     # `--steps 6` on a loop of 0.1 ms iterations: six boundaries, not one sample inside them.
-    m = dataclasses.replace(no_steps(measure, IMPORTS), step_source="loop", loop="gen.py:20", steady_steps=6,
-                            durations=[(3 + i, 0.0001) for i in range(6)], warmup_durations=[0.0001] * 3)
-    report = diagnose(m, ["gen.py"], RunOutcome(0, "step_limit", "stopped after 6 steady-state steps (--steps)"))
-    assert (report.evidence, report.bottleneck, report.steps.count, report.steps.loop) == ("whole run", None, 6, "gen.py:20")
+    m = dataclasses.replace(
+        no_steps(measure, IMPORTS),
+        step_source="loop",
+        loop="gen.py:20",
+        steady_steps=6,
+        durations=[(3 + i, 0.0001) for i in range(6)],
+        warmup_durations=[0.0001] * 3,
+    )
+    report = diagnose(
+        m, ["gen.py"], RunOutcome(0, "step_limit", "stopped after 6 steady-state steps (--steps)")
+    )
+    assert (report.evidence, report.bottleneck, report.steps.count, report.steps.loop) == (
+        "whole run",
+        None,
+        6,
+        "gen.py:20",
+    )
     assert "too few and too short for the stack sampler" in report.notes[0]
     assert not any("could not stop the run" in note for note in report.notes)
     assert "9 counted, too short to see inside" in rendered(report)

@@ -31,6 +31,7 @@ def _on_gpu(m, **measured):
 
 # --- memory_bandwidth.py: 118.9 ms steps, compute 100 %, split optimizer 95 / forward 3 / backward 2 ---
 
+
 class _ResBlock3d(nn.Module):  # tests/scenarios/memory_bandwidth.py's block
     def __init__(self, channels=16):
         super().__init__()
@@ -70,7 +71,9 @@ def _dosenet_costs(size=16):
 
 def _mlp_costs():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
+    model = nn.Sequential(
+        nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10)
+    )
     x = torch.randn(1024, 1024)
     return _counted(model, x, torch.randn(1024, 10), torch.optim.SGD(model.parameters(), lr=0.01))
 

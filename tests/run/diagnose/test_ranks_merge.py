@@ -11,21 +11,31 @@ from trainmedic.run.report.html import render_html
 from trainmedic.run.report.model import DeviceInfo, Finding, LineCost, Report, StepStats
 
 
-def _report(step: float, shares: dict[str, float], lines=(), outcome="completed", code=0, message=None) -> Report:
+def _report(
+    step: float, shares: dict[str, float], lines=(), outcome="completed", code=0, message=None
+) -> Report:
     breakdown = {c: shares.get(c, 0.0) for c in CATEGORIES}
     return Report(
-        command=["job.py"], exit_code=code, outcome=outcome, device=DeviceInfo("cpu", "EPYC"),
-        steps=StepStats(30, step, step * 1.1, 1.0, 3, "optimizer"), breakdown=breakdown,
+        command=["job.py"],
+        exit_code=code,
+        outcome=outcome,
+        device=DeviceInfo("cpu", "EPYC"),
+        steps=StepStats(30, step, step * 1.1, 1.0, 3, "optimizer"),
+        breakdown=breakdown,
         bottleneck=max(breakdown, key=breakdown.get),
         findings=[Finding("compute", 0.5, "own finding", "e", None, "f", 1.5, 2.0)],
-        lines=list(lines), message=message,
+        lines=list(lines),
+        message=message,
     )
 
 
 def _part(rank: int, report: Report, wait: float, ended_at: float = 0.0) -> dict:
     return {
-        "state": "done", "identity": {"rank": rank, "host": "node", "pid": 100 + rank, "run_id": "r"},
-        "report": json.loads(report.to_json()), "waits": [wait] * 5, "kinds": ["DDP gradient all-reduce"],
+        "state": "done",
+        "identity": {"rank": rank, "host": "node", "pid": 100 + rank, "run_id": "r"},
+        "report": json.loads(report.to_json()),
+        "waits": [wait] * 5,
+        "kinds": ["DDP gradient all-reduce"],
         "ended_at": ended_at,
     }
 
@@ -33,7 +43,9 @@ def _part(rank: int, report: Report, wait: float, ended_at: float = 0.0) -> dict
 def test_the_rank_the_others_wait_for_is_the_straggler_and_its_excess_the_cause():
     # Rank 0 waits 60 ms of its 70 ms step (inside backward: sampled as compute); rank 1 reads.
     fast = _report(0.070, {"compute": 0.95, "data": 0.05})
-    slow = _report(0.070, {"compute": 0.10, "data": 0.90}, lines=[LineCost("job.py:12", "data", "hdf5", 0.063, 0.9)])
+    slow = _report(
+        0.070, {"compute": 0.10, "data": 0.90}, lines=[LineCost("job.py:12", "data", "hdf5", 0.063, 0.9)]
+    )
     merged = merge({0: _part(0, fast, 0.060), 1: _part(1, slow, 0.001)}, 2, ["job.py"])
     s = merged.straggler
     assert (s.rank, s.cause, s.where) == (1, "data", "job.py:12")
@@ -67,8 +79,13 @@ def test_every_rank_waiting_long_is_communication_bound():
 
 
 def test_a_missing_or_running_part_is_a_dead_rank_and_the_first_cause_is_named():
-    alive = _report(0.05, {"compute": 1.0}, outcome="exception", code=1,
-                    message="RuntimeError: Connection closed by peer\n\nAt:\n  pair.cc (at job.py:41)")
+    alive = _report(
+        0.05,
+        {"compute": 1.0},
+        outcome="exception",
+        code=1,
+        message="RuntimeError: Connection closed by peer\n\nAt:\n  pair.cc (at job.py:41)",
+    )
     stub = {"state": "running", "identity": {"rank": 1, "host": "node", "pid": 4242, "run_id": "r"}}
     merged = merge({0: _part(0, alive, 0.0), 1: stub}, 3, ["job.py"])
     rows = {r.rank: r for r in merged.ranks}
@@ -82,9 +99,13 @@ def test_a_missing_or_running_part_is_a_dead_rank_and_the_first_cause_is_named()
 
 
 def test_of_two_failed_ranks_the_one_that_failed_first_is_the_cause():
-    first = _report(0.05, {"compute": 1.0}, outcome="exception", code=1, message="ValueError: bad batch (at job.py:9)")
+    first = _report(
+        0.05, {"compute": 1.0}, outcome="exception", code=1, message="ValueError: bad batch (at job.py:9)"
+    )
     later = _report(0.05, {"compute": 1.0}, outcome="exception", code=1, message="RuntimeError: peer closed")
-    merged = merge({0: _part(0, later, 0.0, ended_at=20.0), 1: _part(1, first, 0.0, ended_at=10.0)}, 2, ["job.py"])
+    merged = merge(
+        {0: _part(0, later, 0.0, ended_at=20.0), 1: _part(1, first, 0.0, ended_at=10.0)}, 2, ["job.py"]
+    )
     assert merged.message == "rank 1 failed: ValueError: bad batch (at job.py:9)"
 
 
@@ -97,7 +118,9 @@ def test_no_rank_reporting_still_gives_a_report_naming_every_rank():
 
 def test_the_ranks_render_in_the_console_json_and_html():
     fast = _report(0.070, {"compute": 0.95, "data": 0.05})
-    slow = _report(0.070, {"compute": 0.10, "data": 0.90}, lines=[LineCost("job.py:12", "data", "hdf5", 0.063, 0.9)])
+    slow = _report(
+        0.070, {"compute": 0.10, "data": 0.90}, lines=[LineCost("job.py:12", "data", "hdf5", 0.063, 0.9)]
+    )
     merged = merge({0: _part(0, fast, 0.060), 1: _part(1, slow, 0.001)}, 3, ["job.py"])
     from rich.console import Console
 
@@ -119,8 +142,13 @@ def test_short_message_keeps_one_line_and_the_users_line():
 
 
 def test_a_peer_lost_error_is_a_consequence_of_the_rank_that_died():
-    lost = _report(0.05, {"compute": 1.0}, outcome="exception", code=1,
-                   message="RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1234 (at job.py:41)")
+    lost = _report(
+        0.05,
+        {"compute": 1.0},
+        outcome="exception",
+        code=1,
+        message="RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1234 (at job.py:41)",
+    )
     stub = {"state": "running", "identity": {"rank": 1, "host": "elsewhere", "pid": 7, "run_id": "r"}}
     merged = merge({0: _part(0, lost, 0.0, ended_at=5.0), 1: stub}, 2, ["job.py"])
     assert merged.message.startswith("rank 1 died")
@@ -129,7 +157,10 @@ def test_a_peer_lost_error_is_a_consequence_of_the_rank_that_died():
 def test_a_peer_lost_error_longer_than_one_line_is_still_a_consequence():
     # DDP's comm hook wraps gloo's error twice: the one-line form cuts "Connection closed by peer" short.
     wrapped = "RuntimeError: Got the following error when running the callback: " * 3
-    message = wrapped + "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [::1]:29500"
+    message = (
+        wrapped
+        + "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [::1]:29500"
+    )
     lost = _report(0.05, {"compute": 1.0}, outcome="exception", code=1, message=message + " (at job.py:39)")
     stub = {"state": "running", "identity": {"rank": 1, "host": "elsewhere", "pid": 7, "run_id": "r"}}
     merged = merge({0: _part(0, lost, 0.0, ended_at=5.0), 1: stub}, 2, ["job.py"])
@@ -142,7 +173,9 @@ def test_a_rank_still_running_at_the_merge_is_not_called_dead():
 
     from trainmedic._os import HOST
 
-    failed = _report(0.05, {"compute": 1.0}, outcome="exception", code=1, message="ValueError: bad (at job.py:3)")
+    failed = _report(
+        0.05, {"compute": 1.0}, outcome="exception", code=1, message="ValueError: bad (at job.py:3)"
+    )
     blocked = {"state": "running", "identity": {"rank": 1, "host": HOST, "pid": os.getpid(), "run_id": "r"}}
     merged = merge({0: _part(0, failed, 0.0), 1: blocked}, 2, ["job.py"])
     rows = {r.rank: r for r in merged.ranks}

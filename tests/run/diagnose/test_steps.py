@@ -50,7 +50,9 @@ def test_percentile_interpolates():
 
 def test_a_machine_that_slows_down_is_not_a_growing_step():
     wall = [0.02 + 0.001 * i for i in range(40)]
-    assert steps.trend(wall, cpu_durations=[w * 1.5 for w in wall]).measure == "step time"  # more work per step
+    assert (
+        steps.trend(wall, cpu_durations=[w * 1.5 for w in wall]).measure == "step time"
+    )  # more work per step
     assert steps.trend(wall, cpu_durations=[0.02] * 40) is None  # same work, longer waits
     assert steps.trend(wall, cpu_durations=None).measure == "step time"  # on CUDA, CPU time says nothing
 

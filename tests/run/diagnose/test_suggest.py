@@ -53,10 +53,13 @@ def signals_db(tmp_path):
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE samples (id INTEGER PRIMARY KEY, split TEXT, features BLOB, label INTEGER)")
     rng = np.random.default_rng(0)
-    conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?)", [
-        (i, "val" if i % 4 == 0 else "train", rng.standard_normal(32, dtype=np.float32).tobytes(), i % 10)
-        for i in range(400)
-    ])
+    conn.executemany(
+        "INSERT INTO samples VALUES (?, ?, ?, ?)",
+        [
+            (i, "val" if i % 4 == 0 else "train", rng.standard_normal(32, dtype=np.float32).tobytes(), i % 10)
+            for i in range(400)
+        ],
+    )
     conn.commit()
     conn.close()
     return path
@@ -72,7 +75,9 @@ def _starve_on_random_batches(db):
 
 def test_a_per_batch_sqlite_query_becomes_one_whole_table_data_load(completed, measure, signals_db, tmp_path):
     sources = _recorded(lambda: _starve_on_random_batches(signals_db), model_batch=64)
-    report = diagnose(measure(_data_bound("database"), [0.05] * STEPS, sources=sources), ["train.py"], completed)
+    report = diagnose(
+        measure(_data_bound("database"), [0.05] * STEPS, sources=sources), ["train.py"], completed
+    )
     top = report.findings[0]
     assert top.kind == "database"
     assert top.suggestion == (
@@ -96,13 +101,17 @@ def test_ids_drawn_from_a_split_keep_the_split_as_the_filter(completed, measure,
         rng = np.random.default_rng(0)
         for _ in range(STEPS):
             batch = [int(i) for i in rng.choice(ids, 32, replace=False)]
-            conn.execute(f"SELECT features, label FROM samples WHERE id IN ({','.join('?' * 32)})", batch).fetchall()
+            conn.execute(
+                f"SELECT features, label FROM samples WHERE id IN ({','.join('?' * 32)})", batch
+            ).fetchall()
         conn.close()
 
     sources = _recorded(read, model_batch=32)
-    report = diagnose(measure(_data_bound("database"), [0.05] * STEPS, sources=sources), ["train.py"], completed)
+    report = diagnose(
+        measure(_data_bound("database"), [0.05] * STEPS, sources=sources), ["train.py"], completed
+    )
     top = report.findings[0]
-    assert 'query="SELECT features, label FROM samples WHERE split = \'train\'"' in top.suggestion
+    assert "query=\"SELECT features, label FROM samples WHERE split = 'train'\"" in top.suggestion
     assert "Kept `split = 'train'` from the query that listed the ids" in top.fix
     features, _ = _run_call(top.suggestion, tmp_path)
     assert features.shape[0] == 32
@@ -116,7 +125,9 @@ def test_a_query_that_cannot_be_rewritten_gets_a_placeholder_and_says_so(complet
         conn.close()
 
     sources = _recorded(read)
-    top = diagnose(measure(_data_bound("database"), [0.05] * STEPS, sources=sources), ["train.py"], completed).findings[0]
+    top = diagnose(
+        measure(_data_bound("database"), [0.05] * STEPS, sources=sources), ["train.py"], completed
+    ).findings[0]
     assert 'query="SELECT label FROM samples WHERE <fill in: which rows to train on>"' in top.suggestion
     assert "Fill in the WHERE clause" in top.fix
     assert "batch_size" not in top.suggestion  # unknown: data.load's default applies
@@ -139,7 +150,10 @@ def test_per_sample_hdf5_reads_become_one_data_load_of_the_fields_read(completed
     sources = _recorded(read, model_batch=16)
     report = diagnose(measure(_data_bound("hdf5"), [0.05] * STEPS, sources=sources), ["train.py"], completed)
     top = report.findings[0]
-    assert top.suggestion == f'data.load("{os.path.abspath(path)}", fields=["y_received", "bits"], batch_size=16)'
+    assert (
+        top.suggestion
+        == f'data.load("{os.path.abspath(path)}", fields=["y_received", "bits"], batch_size=16)'
+    )
     assert "`for y_received, bits in loader:`" in top.fix
     y, bits = _run_call(top.suggestion, tmp_path)
     assert tuple(y.shape) == (16, 14, 2) and tuple(bits.shape) == (16, 14, 2)
@@ -160,7 +174,9 @@ def test_a_dataloader_over_a_dataset_is_loaded_by_the_callers_name(completed, me
         torch.utils.data.DataLoader(train_set, batch_size=20)
 
     sources = _recorded(read)
-    top = diagnose(measure(_data_bound("collate"), [0.05] * STEPS, sources=sources), ["train.py"], completed).findings[0]
+    top = diagnose(
+        measure(_data_bound("collate"), [0.05] * STEPS, sources=sources), ["train.py"], completed
+    ).findings[0]
     assert top.suggestion == "data.load(train_set, batch_size=20)"
     x, y = next(iter(eval(top.suggestion, {"data": data, "train_set": Rows()})))
     assert tuple(x.shape) == (20, 4) and tuple(y.shape) == (20,)
@@ -176,7 +192,9 @@ def test_a_script_already_on_trainmedic_data_is_told_about_its_tier(completed, m
     from trainmedic.run.probe.source_facts import LoaderUse
 
     sources = Sources(loaders=(LoaderUse("/data/big.h5", "stream", 256, "cpu"),))
-    top = diagnose(measure(_data_bound("loader"), [0.05] * STEPS, sources=sources), ["train.py"], completed).findings[0]
+    top = diagnose(
+        measure(_data_bound("loader"), [0.05] * STEPS, sources=sources), ["train.py"], completed
+    ).findings[0]
     assert top.title.startswith("Waiting for trainmedic.data batches (tier stream)")
     assert 'tier="ram"' in top.fix and top.suggestion is None
 
@@ -185,4 +203,7 @@ def test_on_a_gpu_the_call_asks_for_the_device():
     from trainmedic.run.probe.source_facts import Hdf5File
 
     sources = Sources(hdf5=(Hdf5File("/d/x.h5", 1, (("x", 3),)),), model_batch=8)
-    assert suggest("hdf5", sources, "cuda").call == 'data.load("/d/x.h5", fields=["x"], batch_size=8, device="cuda")'
+    assert (
+        suggest("hdf5", sources, "cuda").call
+        == 'data.load("/d/x.h5", fields=["x"], batch_size=8, device="cuda")'
+    )

@@ -56,7 +56,8 @@ def test_a_loop_inside_the_function_asks_for_its_body_as_the_per_sample_function
     # tests/scenarios/tiny_ops.py's shape: make_batch() builds each sample inline, so naming
     # make_batch in batch.vectorize() alone would batch the batch.
     path = tmp_path / "gen.py"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         import torch
 
         @torch.no_grad()
@@ -66,7 +67,9 @@ def test_a_loop_inside_the_function_asks_for_its_body_as_the_per_sample_function
                 x = torch.randn(64)
                 out.append(x * 2)
             return torch.stack(out)
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     function = f"{path}:4:make_batch"  # co_firstlineno: the decorator's line
     advice = tiny_ops.advise("per-sample loop", context(function, where=f"{path}:9"))
     assert advice.fix.startswith(

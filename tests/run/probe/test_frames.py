@@ -104,7 +104,7 @@ def test_print_line_is_host_other():
 def test_sync_and_transfer_lines_only_count_on_cuda():
     filename = __file__
     item_line = _line_containing(".item()  # sync-probe")
-    to_line = _line_containing(".to(\"cpu\")  # transfer-probe")
+    to_line = _line_containing('.to("cpu")  # transfer-probe')
     assert FrameClassifier(cuda=False).line_family(filename, item_line) is None
     assert FrameClassifier(cuda=True).line_family(filename, item_line) == (SYNC, "host read")
     assert FrameClassifier(cuda=True).line_family(filename, to_line) == (TRANSFER, "copy")
@@ -148,7 +148,11 @@ def _frames_inside_trainmedic_data(classifiers):
     captured = {}
 
     def profile(frame, event, arg):
-        if event == "c_call" and not captured and frame.f_globals.get("__name__") == "trainmedic.data.transfer":
+        if (
+            event == "c_call"
+            and not captured
+            and frame.f_globals.get("__name__") == "trainmedic.data.transfer"
+        ):
             captured.update({name: c.classify(frame) for name, c in classifiers.items()})
 
     loader = data.load({"x": np.zeros((8, 2), np.float32)}, batch_size=4, progress=False)

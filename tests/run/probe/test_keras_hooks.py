@@ -28,7 +28,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:Depreca
 
 
 def _model() -> keras.Model:
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(1)]
+    )
     model.compile(optimizer="sgd", loss="mse")
     return model
 
@@ -86,7 +88,7 @@ def test_train_on_batch_loops_are_steps_too_and_the_batch_size_is_shared():
         model = _model()
         x, y = _xy(40)
         for start in range(0, 40, 8):
-            model.train_on_batch(x[start:start + 8], y[start:start + 8])
+            model.train_on_batch(x[start : start + 8], y[start : start + 8])
     finally:
         hooks.uninstall()
     assert (clock.source, clock.index) == (KERAS, 4)
@@ -109,7 +111,10 @@ def test_keras_outranks_loader_and_optimizer_but_not_the_marker():
 
 def test_uninstall_restores_keras_and_the_models_train_function():
     callback_list = keras.callbacks.CallbackList
-    before = {name: callback_list.__dict__[name] for name in ("on_train_batch_begin", "on_train_batch_end", "on_train_begin")}
+    before = {
+        name: callback_list.__dict__[name]
+        for name in ("on_train_batch_begin", "on_train_batch_end", "on_train_begin")
+    }
     assert "train_on_batch" not in keras.Model.__dict__  # inherited from the backend's trainer
     hooks = KerasHooks(StepClock(warmup=0))
     hooks.install()
@@ -169,6 +174,8 @@ def test_installed_by_a_post_import_hook_when_the_script_imports_keras_later():
         print("steps", clock.source, clock.index, hooks.batch_size())
     """)
     env = {**os.environ, "KERAS_BACKEND": "torch"}
-    done = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "steps keras 2 4" in done.stdout

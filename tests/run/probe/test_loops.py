@@ -18,7 +18,7 @@ from trainmedic.run.probe.clock import LOOP, OPTIMIZER, StepClock, StepLimitReac
 from trainmedic.run.probe.frames import FrameClassifier
 from trainmedic.run.probe.loops import Loop, LoopClock, LoopFinder
 
-SOURCE = '''
+SOURCE = """
 import sys
 
 
@@ -60,7 +60,7 @@ def counted(n, on_iteration):
         on_iteration(i)
         done += 1
     return done
-'''
+"""
 
 
 @pytest.fixture
@@ -118,6 +118,7 @@ def test_the_finder_picks_the_innermost_loop_holding_nearly_every_sample(module,
 
 def test_no_loop_is_chosen_while_samples_are_spread_over_several(module, tmp_path):
     finder, chosen = finder_for(tmp_path, window=20, share=0.8), []
+
     def seen(frame):
         chosen.append(finder.observe(frame))
 

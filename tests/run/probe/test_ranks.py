@@ -42,7 +42,9 @@ def test_parts_of_another_run_in_a_reused_folder_are_never_read(tmp_path):
 
 
 def test_waiting_ends_when_a_running_ranks_process_is_gone(tmp_path):
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     dead = RankIdentity(0, 0, 2, HOST, int(gone.stdout), "abc")
     ranks.write_part(tmp_path, dead, ranks.RUNNING)
     ranks.write_part(tmp_path, RankIdentity(1, 1, 2, HOST, 1, "abc"), ranks.DONE)

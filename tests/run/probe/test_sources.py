@@ -31,7 +31,9 @@ def database(tmp_path):
     path = tmp_path / "signals.db"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE samples (id INTEGER PRIMARY KEY, split TEXT, features BLOB, label INTEGER)")
-    rows = [(i, "val" if i % 5 == 0 else "train", np.full(16, i, np.float32).tobytes(), i % 3) for i in range(200)]
+    rows = [
+        (i, "val" if i % 5 == 0 else "train", np.full(16, i, np.float32).tobytes(), i % 3) for i in range(200)
+    ]
     conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?)", rows)
     conn.commit()
     conn.close()
@@ -45,20 +47,28 @@ def test_sqlite_queries_are_counted_with_which_parameters_vary(database, recorde
     for _ in range(5):
         batch = [int(i) for i in rng.choice(ids, 8, replace=False)]
         marks = ",".join("?" * len(batch))
-        conn.execute(f"SELECT features, label FROM samples WHERE split = ? AND id IN ({marks})", ["train", *batch]).fetchall()
+        conn.execute(
+            f"SELECT features, label FROM samples WHERE split = ? AND id IN ({marks})", ["train", *batch]
+        ).fetchall()
     conn.close()
 
     (db,) = recorder.snapshot().databases
     assert db.url == f"sqlite:///{os.path.abspath(database)}"
     assert (db.connects, db.via) == (1, "sqlite3")
     hot, ids_query = db.queries
-    assert hot.count == 5 and hot.text.startswith("SELECT features, label FROM samples WHERE split = ? AND id IN (?,")
+    assert hot.count == 5 and hot.text.startswith(
+        "SELECT features, label FROM samples WHERE split = ? AND id IN (?,"
+    )
     assert hot.params[0] == "train"
     assert hot.varying == frozenset(range(1, 9))  # the ids change every batch, the split never
     assert hot.caller == os.path.abspath(__file__)
     # The second run peeked at one row on a read-only connection: a BLOB of 16 float32 values.
     assert hot.columns == (Column("features", "blob", 64), Column("label", "integer", 0))
-    assert (ids_query.text, ids_query.params, ids_query.count) == ("SELECT id FROM samples WHERE split = ?", ("train",), 1)
+    assert (ids_query.text, ids_query.params, ids_query.count) == (
+        "SELECT id FROM samples WHERE split = ?",
+        ("train",),
+        1,
+    )
 
 
 def test_cursor_execute_is_recorded_and_executemany_is_not(database, recorder):
@@ -87,7 +97,8 @@ def test_formatted_sql_is_counted_by_its_template(database, recorder):
 
 def test_lift_literals_keeps_identifiers_and_unquotes_strings():
     assert lift_literals("SELECT x1 FROM t2 WHERE id IN (3, 17) AND name = 'o''k' AND v > 1.5") == (
-        "SELECT x1 FROM t2 WHERE id IN (?, ?) AND name = ? AND v > ?", (3, 17, "o'k", 1.5)
+        "SELECT x1 FROM t2 WHERE id IN (?, ?) AND name = ? AND v > ?",
+        (3, 17, "o'k", 1.5),
     )
 
 
@@ -121,8 +132,11 @@ def test_trainmedic_datas_own_reads_are_left_out(database, recorder, tmp_path):
     with h5py.File(path, "w") as f:
         f["x"] = np.arange(40, dtype=np.float32).reshape(20, 2)
     np.save(tmp_path / "y.npy", np.arange(20))
-    for source, kwargs in ((f"sqlite:///{database}", {"query": "SELECT label FROM samples"}), (str(path), {}),
-                           (str(tmp_path / "y.npy"), {})):
+    for source, kwargs in (
+        (f"sqlite:///{database}", {"query": "SELECT label FROM samples"}),
+        (str(path), {}),
+        (str(tmp_path / "y.npy"), {}),
+    ):
         with data.load(source, batch_size=4, progress=False, cache_dir=tmp_path, **kwargs) as loader:
             next(iter(loader))
     snapshot = recorder.snapshot()
@@ -130,7 +144,10 @@ def test_trainmedic_datas_own_reads_are_left_out(database, recorder, tmp_path):
     assert [f.path for f in snapshot.hdf5] == [os.path.abspath(path)]  # only the write above
     assert snapshot.hdf5[0].datasets == ()
     assert [(u.source, u.tier, u.batch_size) for u in snapshot.loaders] == [
-        (f"sqlite:///{database}", "ram", 4), (str(path), "ram", 4), (str(tmp_path / "y.npy"), "ram", 4)]
+        (f"sqlite:///{database}", "ram", 4),
+        (str(path), "ram", 4),
+        (str(tmp_path / "y.npy"), "ram", 4),
+    ]
 
 
 def test_hdf5_files_and_the_datasets_opened_in_them(recorder, tmp_path):
@@ -182,14 +199,30 @@ def test_uninstall_restores_every_patched_callable(database):
     import zarr
     from torch.utils.data import DataLoader
 
-    before = (sqlite3.connect, np.load, h5py.File.__init__, h5py.Group.__getitem__, zarr.open,
-              sqlalchemy.create_engine, DataLoader.__init__, data.load)
+    before = (
+        sqlite3.connect,
+        np.load,
+        h5py.File.__init__,
+        h5py.Group.__getitem__,
+        zarr.open,
+        sqlalchemy.create_engine,
+        DataLoader.__init__,
+        data.load,
+    )
     rec = SourceRecorder()
     rec.install()
     assert sqlite3.connect is not before[0] and data.load is not before[-1]
     rec.uninstall()
-    after = (sqlite3.connect, np.load, h5py.File.__init__, h5py.Group.__getitem__, zarr.open,
-             sqlalchemy.create_engine, DataLoader.__init__, data.load)
+    after = (
+        sqlite3.connect,
+        np.load,
+        h5py.File.__init__,
+        h5py.Group.__getitem__,
+        zarr.open,
+        sqlalchemy.create_engine,
+        DataLoader.__init__,
+        data.load,
+    )
     assert after == before
     assert sources_module._active is None
 
@@ -197,7 +230,11 @@ def test_uninstall_restores_every_patched_callable(database):
 def test_modules_imported_after_install_are_recorded_too(tmp_path, monkeypatch):
     # A module the recorder hooks, imported for the first time while it runs: sqlite3 stands in,
     # removed from sys.modules so that the import really happens again.
-    saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name == "sqlite3" or name.startswith("sqlite3.")}
+    saved = {
+        name: sys.modules.pop(name)
+        for name in list(sys.modules)
+        if name == "sqlite3" or name.startswith("sqlite3.")
+    }
     rec = SourceRecorder()
     try:
         rec.install()

@@ -23,11 +23,20 @@ def seed_000_report() -> Report:
         steps=StepStats(37, 36.5, 37.1, 1.0, 3, "optimizer"),
         breakdown={c: {"data": share, "compute": 1 - share}.get(c, 0.0) for c in CATEGORIES},
         bottleneck="data",
-        findings=[Finding(
-            "data", round(share, 4), "Reading the batch from HDF5 every step at data.py:88",
-            "98.6% of steady-state step time (36.00 s of a 36.50 s median step); kind: hdf5",
-            "data.py:88", "Load the dataset into memory once.", 29.51, 73.0, "hdf5",
-        ), Finding("compute", 0.0137, "The model", "1.4%", None, "Healthy.", 1.0, math.inf, "model")],
+        findings=[
+            Finding(
+                "data",
+                round(share, 4),
+                "Reading the batch from HDF5 every step at data.py:88",
+                "98.6% of steady-state step time (36.00 s of a 36.50 s median step); kind: hdf5",
+                "data.py:88",
+                "Load the dataset into memory once.",
+                29.51,
+                73.0,
+                "hdf5",
+            ),
+            Finding("compute", 0.0137, "The model", "1.4%", None, "Healthy.", 1.0, math.inf, "model"),
+        ],
         wall_s=1351.0,
         setup_s=0.5,
         lines=[LineCost("data.py:88", "data", "hdf5", 36.0, 0.9863)],
@@ -49,8 +58,15 @@ def test_a_suggested_call_gets_its_own_row_and_brackets_survive():
     report = seed_000_report()
     f = report.findings[0]
     report.findings[0] = Finding(
-        f.category, f.share, f.title, f.evidence, f.where,
-        "Load it once: `x = f['x'][:]`, then `x[idx]` per step.", f.expected_speedup, f.ceiling, f.kind,
+        f.category,
+        f.share,
+        f.title,
+        f.evidence,
+        f.where,
+        "Load it once: `x = f['x'][:]`, then `x[idx]` per step.",
+        f.expected_speedup,
+        f.ceiling,
+        f.kind,
         suggestion='data.load("/data/rx.h5", fields=["x", "y"], batch_size=64)',
     )
     text = render(report)

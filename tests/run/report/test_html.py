@@ -22,11 +22,18 @@ def _timeline(n: int, step_s: float = 36.5, seed: int = 0) -> list[TimelinePoint
     for i in range(n):
         secs = step_s * rng.uniform(0.95, 1.08)
         data = secs * 0.986
-        points.append(TimelinePoint(
-            step=10 + i,
-            seconds=secs,
-            categories={"data": data, "transfer": secs * 0.002, "compute": secs * 0.009, "host_other": secs * 0.003},
-        ))
+        points.append(
+            TimelinePoint(
+                step=10 + i,
+                seconds=secs,
+                categories={
+                    "data": data,
+                    "transfer": secs * 0.002,
+                    "compute": secs * 0.009,
+                    "host_other": secs * 0.003,
+                },
+            )
+        )
     return points
 
 
@@ -38,21 +45,30 @@ def data_bound_report(points: int = 40) -> Report:
         outcome="step_limit",
         device=DeviceInfo("cuda", "NVIDIA RTX A6000", {"memory_gib": 48}),
         steps=StepStats(count=points, median_s=36.5, p90_s=38.9, growth=1.01, warmup=3, source="optimizer"),
-        breakdown={"data": 0.986, "transfer": 0.002, "tiny_ops": 0.0, "sync": 0.0, "compute": 0.009,
-                   "memory_bandwidth": 0.0, "host_other": 0.003},
+        breakdown={
+            "data": 0.986,
+            "transfer": 0.002,
+            "tiny_ops": 0.0,
+            "sync": 0.0,
+            "compute": 0.009,
+            "memory_bandwidth": 0.0,
+            "host_other": 0.003,
+        },
         bottleneck="data",
-        findings=[Finding(
-            category="data",
-            share=0.986,
-            title="Every batch is read from HDF5 on the training thread",
-            evidence="h5py Dataset.__getitem__ takes 36.0 s of a 36.5 s step (98.6%); GPU busy 0.9%; "
-                     "reads use an unsorted fancy index over 1,024 rows",
-            where="train_receiver.py:88",
-            fix="cache = trainmedic.data.cache('/scratch/rx dataset.h5', tier='ram') — load once, then gather",
-            expected_speedup=41.7,
-            ceiling=71.4,
-            kind="hdf5",
-        )],
+        findings=[
+            Finding(
+                category="data",
+                share=0.986,
+                title="Every batch is read from HDF5 on the training thread",
+                evidence="h5py Dataset.__getitem__ takes 36.0 s of a 36.5 s step (98.6%); GPU busy 0.9%; "
+                "reads use an unsorted fancy index over 1,024 rows",
+                where="train_receiver.py:88",
+                fix="cache = trainmedic.data.cache('/scratch/rx dataset.h5', tier='ram') — load once, then gather",
+                expected_speedup=41.7,
+                ceiling=71.4,
+                kind="hdf5",
+            )
+        ],
         wall_s=1581.2,
         setup_s=42.7,
         timeline=_timeline(points),
@@ -86,13 +102,15 @@ def empty_report() -> Report:
 def unbounded_report() -> Report:
     r = data_bound_report()
     f = r.findings[0]
-    r.findings = [Finding(f.category, 1.0, "<script>alert(1)</script>", f.evidence, None, f.fix, 8.0,
-                          float("inf"), f.kind)]
+    r.findings = [
+        Finding(
+            f.category, 1.0, "<script>alert(1)</script>", f.evidence, None, f.fix, 8.0, float("inf"), f.kind
+        )
+    ]
     return r
 
 
 # --- pure Python --------------------------------------------------------------------------------
-
 
 
 @pytest.mark.parametrize("make", [data_bound_report, empty_report, unbounded_report])
@@ -127,10 +145,23 @@ def test_every_category_is_in_the_legend_in_order():
 
 def test_header_findings_and_lines():
     page = render_html(data_bound_report())
-    for text in ["python train_receiver.py --epochs 20 --data &#x27;/scratch/rx dataset.h5&#x27;",
-                 "step_limit · exit 0", "NVIDIA RTX A6000 (cuda)", "26 min 21 s", "42.7 s", "36.5 s",
-                 "38.9 s", "×1.01", "0.1.0", "Bottleneck: <strong", "×41.7 (ceiling ×71.4)",
-                 "<code>train_receiver.py:88</code>", "36 s", "ms / step", "3 warm-up steps were excluded."]:
+    for text in [
+        "python train_receiver.py --epochs 20 --data &#x27;/scratch/rx dataset.h5&#x27;",
+        "step_limit · exit 0",
+        "NVIDIA RTX A6000 (cuda)",
+        "26 min 21 s",
+        "42.7 s",
+        "36.5 s",
+        "38.9 s",
+        "×1.01",
+        "0.1.0",
+        "Bottleneck: <strong",
+        "×41.7 (ceiling ×71.4)",
+        "<code>train_receiver.py:88</code>",
+        "36 s",
+        "ms / step",
+        "3 warm-up steps were excluded.",
+    ]:
         assert text in page, text
     assert 'id="breakdown-chart"' in page and 'id="timeline-chart"' in page
 
@@ -162,7 +193,9 @@ def test_timeline_bars_are_bounded(n):
 
 
 def test_single_point_bar_is_not_page_wide():
-    chart = re.search(r'<svg id="timeline-chart".*?</svg>', render_html(data_bound_report(points=1)), re.S).group(0)
+    chart = re.search(
+        r'<svg id="timeline-chart".*?</svg>', render_html(data_bound_report(points=1)), re.S
+    ).group(0)
     widths = [float(w) for w in re.findall(r'class="bar [^"]*" x="[^"]*" y="[^"]*" width="([^"]*)"', chart)]
     assert widths and max(widths) <= 48
 
@@ -223,7 +256,9 @@ def test_charts_render_in_chromium(driver, tmp_path):
 def test_large_and_empty_reports_render_in_chromium(driver, tmp_path):
     m = _open(driver, data_bound_report(points=5000), tmp_path / "big.html")
     assert 0 < m["timelineBars"] and min(m["timeline"]) > 0, m
-    assert driver.execute_script("return document.querySelectorAll('#timeline-chart g.col').length") <= MAX_BARS
+    assert (
+        driver.execute_script("return document.querySelectorAll('#timeline-chart g.col').length") <= MAX_BARS
+    )
     m = _open(driver, empty_report(), tmp_path / "empty.html")
     assert m["timeline"] is None and m["empty"] and min(m["empty"]) > 0, m
     assert m["breakdown"] and min(m["breakdown"]) > 0, m
@@ -234,8 +269,13 @@ def test_large_and_empty_reports_render_in_chromium(driver, tmp_path):
 
 def test_a_suggested_call_is_shown_escaped_under_the_fix():
     r = data_bound_report()
-    r.findings = [dataclasses.replace(r.findings[0], suggestion='data.load("/d/<x>.h5", fields=["x"], batch_size=64)')]
+    r.findings = [
+        dataclasses.replace(r.findings[0], suggestion='data.load("/d/<x>.h5", fields=["x"], batch_size=64)')
+    ]
     page = render_html(r)
-    assert '<dt>call</dt><dd><code class="cmd">data.load(&quot;/d/&lt;x&gt;.h5&quot;, fields=[&quot;x&quot;], batch_size=64)</code></dd>' in page
+    assert (
+        '<dt>call</dt><dd><code class="cmd">data.load(&quot;/d/&lt;x&gt;.h5&quot;, fields=[&quot;x&quot;], batch_size=64)</code></dd>'
+        in page
+    )
     assert page.index("<dt>fix</dt>") < page.index("<dt>call</dt>") < page.index("<dt>expected speedup</dt>")
     assert "<dt>call</dt>" not in render_html(data_bound_report())

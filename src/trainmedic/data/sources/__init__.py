@@ -19,7 +19,9 @@ _SUPPORTED = (
 )
 
 
-def open_source(source: Any, fields: list[str] | None = None, query: str | None = None, schema: dict | None = None) -> Source:
+def open_source(
+    source: Any, fields: list[str] | None = None, query: str | None = None, schema: dict | None = None
+) -> Source:
     if isinstance(source, Source):
         return source
     if isinstance(source, dict):
@@ -33,9 +35,15 @@ def open_source(source: Any, fields: list[str] | None = None, query: str | None 
 
             return SqlSource(text, query, fields=fields, schema=schema)
         if query is not None:
-            raise SourceError(f"query= is for SQL sources, but {text!r} is a path; give an SQLAlchemy URL such as 'sqlite:///{text}'.")
+            raise SourceError(
+                f"query= is for SQL sources, but {text!r} is a path; give an SQLAlchemy URL such as 'sqlite:///{text}'."
+            )
         return _open_path(Path(text), fields)
-    if hasattr(source, "__getitem__") and hasattr(source, "__len__") and not isinstance(source, (list, tuple)):
+    if (
+        hasattr(source, "__getitem__")
+        and hasattr(source, "__len__")
+        and not isinstance(source, (list, tuple))
+    ):
         from trainmedic.data.sources.dataset import DatasetSource
 
         return DatasetSource(source, fields)
@@ -60,7 +68,9 @@ def _open_path(path: Path, fields: list[str] | None) -> Source:
         from trainmedic.data.sources.arrays import NumpySource
 
         return NumpySource(path, fields)
-    if path.is_dir() and (suffix == ".zarr" or any((path / m).exists() for m in ("zarr.json", ".zgroup", ".zarray"))):
+    if path.is_dir() and (
+        suffix == ".zarr" or any((path / m).exists() for m in ("zarr.json", ".zgroup", ".zarray"))
+    ):
         from trainmedic.data.sources.zarr_store import ZarrSource
 
         return ZarrSource(path, fields)

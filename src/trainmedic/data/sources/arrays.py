@@ -34,26 +34,40 @@ class ArraySource(Source):
     random_access = True
 
     def __init__(
-        self, arrays: dict[str, Any], fields: list[str] | None = None, description: str = "dict of arrays", kind: str = "dict"
+        self,
+        arrays: dict[str, Any],
+        fields: list[str] | None = None,
+        description: str = "dict of arrays",
+        kind: str = "dict",
     ) -> None:
         if not arrays:
-            raise FieldError("the dict given to data.load is empty; it needs one array per field, e.g. {'x': x, 'y': y}.")
+            raise FieldError(
+                "the dict given to data.load is empty; it needs one array per field, e.g. {'x': x, 'y': y}."
+            )
         self.description = description
         self.kind = kind
         self._arrays: dict[str, Any] = {}
         specs: dict[str, FieldSpec] = {}
         for name, value in arrays.items():
             if not isinstance(name, str):
-                raise FieldError(f"field name {name!r} is a {type(name).__name__}; field names must be strings.")
+                raise FieldError(
+                    f"field name {name!r} is a {type(name).__name__}; field names must be strings."
+                )
             if not _is_tensor(value):
                 value = _as_array(name, value, description)
             if len(value.shape) == 0:
-                raise FieldError(f"field {name!r} in {description} is a scalar; each field needs one row per sample.")
+                raise FieldError(
+                    f"field {name!r} in {description} is a scalar; each field needs one row per sample."
+                )
             dtype = _numpy_dtype(value)
-            specs[name] = FieldSpec(name, check_dtype(name, dtype, description), tuple(int(d) for d in value.shape[1:]))
+            specs[name] = FieldSpec(
+                name, check_dtype(name, dtype, description), tuple(int(d) for d in value.shape[1:])
+            )
             self._arrays[name] = value
         self.specs = select_fields(specs, fields, description)
-        self.length = check_same_length({s.name: int(self._arrays[s.name].shape[0]) for s in self.specs}, description)
+        self.length = check_same_length(
+            {s.name: int(self._arrays[s.name].shape[0]) for s in self.specs}, description
+        )
 
     def array(self, field: str) -> Any:
         """The stored array or tensor itself (tiers use it without copying when they can)."""
@@ -99,7 +113,9 @@ class NumpySource(ArraySource):
         if self.path.is_dir():
             files = sorted(self.path.glob("*.npy"))
             if not files:
-                raise SourceError(f"folder {str(self.path)!r} has no .npy files; expected one .npy file per field.")
+                raise SourceError(
+                    f"folder {str(self.path)!r} has no .npy files; expected one .npy file per field."
+                )
             arrays = {f.stem: _open_npy(f) for f in files}
         else:
             array = _open_npy(self.path)
@@ -124,7 +140,9 @@ def _open_npy(path: Path) -> np.ndarray:
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
-        raise SourceError(f"{str(path)!r} is not a NumPy .npy array file ({exc}); save it with np.save.") from None
+        raise SourceError(
+            f"{str(path)!r} is not a NumPy .npy array file ({exc}); save it with np.save."
+        ) from None
 
 
 def _as_array(name: str, value: Any, where: str) -> np.ndarray:

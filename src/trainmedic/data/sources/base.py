@@ -116,7 +116,9 @@ class Source:
         return f"<{type(self).__name__} {self.description} {self.length} rows {list(self.fields)}>"
 
 
-def select_fields(available: dict[str, FieldSpec], wanted: list[str] | tuple[str, ...] | None, where: str) -> tuple[FieldSpec, ...]:
+def select_fields(
+    available: dict[str, FieldSpec], wanted: list[str] | tuple[str, ...] | None, where: str
+) -> tuple[FieldSpec, ...]:
     """Pick ``wanted`` fields (all when None) in the order asked; an unknown name lists the known."""
     if wanted is None:
         return tuple(available.values())
@@ -144,7 +146,10 @@ def scanned_fields(
                 f"field {name!r} in {where} is a scalar ({scalars[name]}), not an array with one row "
                 f"per sample; leave it out of fields=."
             )
-    available = {name: FieldSpec(name, info["dtype"], tuple(info["shape"][1:])) for name, info in sorted(arrays.items())}
+    available = {
+        name: FieldSpec(name, info["dtype"], tuple(info["shape"][1:]))
+        for name, info in sorted(arrays.items())
+    }
     specs = select_fields(available, wanted, where)
     for spec in specs:
         check_dtype(spec.name, spec.dtype, where)

@@ -46,7 +46,9 @@ class DatasetSource(Source):
             value = _as_array(_pick(first, key), field, 0, self.description)
             specs[field] = FieldSpec(field, check_dtype(field, value.dtype, self.description), value.shape)
         self._keys = dict(zip(names, self._layout))
-        self.specs = select_fields(specs, None if fields is None or not isinstance(first, dict) else fields, self.description)
+        self.specs = select_fields(
+            specs, None if fields is None or not isinstance(first, dict) else fields, self.description
+        )
 
     def fingerprint(self) -> str:
         # A Dataset cannot say whether its contents changed. Its class, length and first and last
@@ -54,7 +56,11 @@ class DatasetSource(Source):
         digest = hashlib.blake2b(digest_size=16)
         for row in self._fetch([0, self.length - 1]):
             for spec in self.specs:
-                digest.update(np.ascontiguousarray(_as_array(_pick(row, self._keys[spec.name]), spec.name, 0, "")).tobytes())
+                digest.update(
+                    np.ascontiguousarray(
+                        _as_array(_pick(row, self._keys[spec.name]), spec.name, 0, "")
+                    ).tobytes()
+                )
         return f"dataset:{self.description}:{self.length}:{digest.hexdigest()}"
 
     def iter_chunks(self, rows: int) -> Iterator[dict[str, np.ndarray]]:

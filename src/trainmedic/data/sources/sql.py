@@ -71,8 +71,8 @@ class SqlSource(Source):
         self.url = self._url.render_as_string(hide_password=True)
         if query is None or not isinstance(query, str) or not query.strip():
             raise SourceError(
-                f"an SQL source needs the rows to read: pass query=\"SELECT ...\" naming the "
-                f"columns to serve, e.g. query=\"SELECT features, label FROM samples\" "
+                f'an SQL source needs the rows to read: pass query="SELECT ..." naming the '
+                f'columns to serve, e.g. query="SELECT features, label FROM samples" '
                 f"(database {self.url}; got query={query!r})."
             )
         self.query = query
@@ -122,7 +122,8 @@ class SqlSource(Source):
             conn = self._engine.connect()
         except sa.exc.SQLAlchemyError as exc:
             raise self._error(
-                "could not connect to", exc,
+                "could not connect to",
+                exc,
                 "Check the host, port, user, password and database name in the URL, and that "
                 "the server is running and reachable from this machine.",
             ) from exc
@@ -137,7 +138,8 @@ class SqlSource(Source):
                 )
             except sa.exc.SQLAlchemyError as exc:
                 raise self._error(
-                    "the query failed on", exc,
+                    "the query failed on",
+                    exc,
                     "Fix the SQL; trying it in the database's own shell (psql, sqlite3) shows "
                     "the tables and columns it can see.",
                 ) from exc
@@ -153,7 +155,8 @@ class SqlSource(Source):
                     batch = result.fetchmany(rows)
                 except sa.exc.SQLAlchemyError as exc:
                     raise self._error(
-                        f"reading row {total} of the result failed on", exc,
+                        f"reading row {total} of the result failed on",
+                        exc,
                         "Fix the SQL or the data it reads.",
                     ) from exc
                 if not batch:
@@ -197,8 +200,9 @@ class SqlSource(Source):
             if postgres and module == "psycopg":
                 require("psycopg", "postgres", f"Reading PostgreSQL ({self.url})")
             hint = (
-                " or use postgresql+psycopg://..., whose driver pip install 'trainmedic[postgres]' "
-                "installs" if postgres else ""
+                " or use postgresql+psycopg://..., whose driver pip install 'trainmedic[postgres]' installs"
+                if postgres
+                else ""
             )
             raise SourceError(
                 f"the URL {self.url} needs the database driver {module!r}, which is not "
@@ -242,11 +246,11 @@ class SqlSource(Source):
         message = str(orig if orig is not None else exc).strip()
         message = self._scrub(re.sub(r"\s*\(Background on this error at: \S+\)", "", message))
         if "bind parameter" in message:
-            fix = ("A :name in the query is a bind parameter and SqlSource passes none: write the "
-                   "value into the query, or escape a literal colon as \\:.")
-        return SourceError(
-            f"{action} {self.url}: {message}\nquery: {_short(self.query)}\n{fix}"
-        )
+            fix = (
+                "A :name in the query is a bind parameter and SqlSource passes none: write the "
+                "value into the query, or escape a literal colon as \\:."
+            )
+        return SourceError(f"{action} {self.url}: {message}\nquery: {_short(self.query)}\n{fix}")
 
     def _scrub(self, text: str) -> str:
         # Drivers do not echo passwords, but a message must never be the one that leaks it.

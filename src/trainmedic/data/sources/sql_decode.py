@@ -62,7 +62,9 @@ class Decoder:
             first = values[0]
             if first is None:
                 raise _null(name, start)
-            kind = "blob" if isinstance(first, _BLOB) else "array" if isinstance(first, _SEQUENCE) else "scalar"
+            kind = (
+                "blob" if isinstance(first, _BLOB) else "array" if isinstance(first, _SEQUENCE) else "scalar"
+            )
             self._kind[name] = kind
         if kind == "blob":
             return self._blob(name, values, start)
@@ -122,7 +124,9 @@ class Decoder:
             arr = None
         if arr is None or arr.dtype.kind == "O" or arr.shape[1:] != shape:
             declared = self.schema.get(name, (None, None))[1] is not None
-            self._explain_rows(name, values, start, shape, "declared in schema=" if declared else "as in row 0")
+            self._explain_rows(
+                name, values, start, shape, "declared in schema=" if declared else "as in row 0"
+            )
         return self._cast(name, arr, start, dtype)
 
     def _explain_rows(self, name: str, values: list, start: int, shape: tuple, origin: str) -> None:
@@ -207,7 +211,9 @@ def parse_schema(schema: Any) -> dict[str, tuple[np.dtype, tuple[int, ...] | Non
         return {}
     example = "schema={'x': ('float32', (64,)), 'y': 'int64'}"
     if not isinstance(schema, dict):
-        raise SourceError(f"schema= must be a dict of column name to dtype or (dtype, shape), like {example}; got {schema!r}.")
+        raise SourceError(
+            f"schema= must be a dict of column name to dtype or (dtype, shape), like {example}; got {schema!r}."
+        )
     parsed = {}
     for name, entry in schema.items():
         shape = None
@@ -218,12 +224,16 @@ def parse_schema(schema: Any) -> dict[str, tuple[np.dtype, tuple[int, ...] | Non
             if not isinstance(shape, (tuple, list)) or not all(
                 isinstance(d, (int, np.integer)) and d >= 0 for d in shape
             ):
-                raise SourceError(f"schema[{name!r}] has shape {shape!r}; a shape is a tuple of sizes like (64,) or (7, 64), as in {example}.")
+                raise SourceError(
+                    f"schema[{name!r}] has shape {shape!r}; a shape is a tuple of sizes like (64,) or (7, 64), as in {example}."
+                )
             shape = tuple(int(d) for d in shape)
         try:
             dtype = np.dtype(entry)
         except TypeError:
-            raise SourceError(f"schema[{name!r}] names dtype {entry!r}, which numpy does not know; use a name like 'float32', 'int64' or 'bool', as in {example}.") from None
+            raise SourceError(
+                f"schema[{name!r}] names dtype {entry!r}, which numpy does not know; use a name like 'float32', 'int64' or 'bool', as in {example}."
+            ) from None
         parsed[str(name)] = (check_dtype(str(name), dtype, "schema="), shape)
     return parsed
 
@@ -236,7 +246,9 @@ def _null(name: str, row: int) -> FieldError:
     )
 
 
-def _blob_size(name: str, row: int, got: int, dtype: np.dtype, shape: tuple | None, declared: bool = True) -> FieldError:
+def _blob_size(
+    name: str, row: int, got: int, dtype: np.dtype, shape: tuple | None, declared: bool = True
+) -> FieldError:
     if shape is None:
         return FieldError(
             f"field {name!r}: row {row} (0-based) holds {got} bytes, not a whole number of "

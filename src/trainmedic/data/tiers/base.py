@@ -48,4 +48,3 @@ class HostTier(Tier):
         self.arrays = {}
         if hasattr(self, "mover"):  # serve() ran
             self.mover.close()
-

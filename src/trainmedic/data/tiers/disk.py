@@ -23,12 +23,17 @@ from trainmedic.units import format_bytes, format_seconds
 class DiskTier(HostTier):
     name = "disk"
 
-    def __init__(self, source: Source, device: Any, batch_size: int, cache_root: Path, progress: Progress) -> None:
+    def __init__(
+        self, source: Source, device: Any, batch_size: int, cache_root: Path, progress: Progress
+    ) -> None:
         super().__init__()
         self.cache = DiskCache(cache_root, source)
         arrays = self.cache.load(progress)
         if source.length is None:  # a query served from its cache: it never ran this time
-            source.specs = tuple(FieldSpec(e["name"], np.dtype(e["dtype"]), tuple(e["shape"])) for e in self.cache.manifest["fields"])
+            source.specs = tuple(
+                FieldSpec(e["name"], np.dtype(e["dtype"]), tuple(e["shape"]))
+                for e in self.cache.manifest["fields"]
+            )
             source.length = int(self.cache.manifest["length"])
         size = sum(a.nbytes for a in arrays.values())
         if self.cache.rebuilt_because is None:

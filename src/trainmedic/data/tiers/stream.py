@@ -30,7 +30,9 @@ WINDOW_BYTES = 128 * 1024 * 1024
 class StreamTier(Tier):
     name = "stream"
 
-    def __init__(self, source: Source, device: Any, batch_size: int, window_bytes: int = WINDOW_BYTES) -> None:
+    def __init__(
+        self, source: Source, device: Any, batch_size: int, window_bytes: int = WINDOW_BYTES
+    ) -> None:
         super().__init__()
         if not source.random_access:
             raise TierError(
@@ -55,8 +57,12 @@ class StreamTier(Tier):
         windows = _windows(slices, self.window_rows)
         done = threading.Event()
         ready: queue.Queue = queue.Queue(maxsize=1)
-        reader = threading.Thread(target=self._read_windows, args=(order, windows, ready, done), daemon=True,
-                                  name="trainmedic-stream")
+        reader = threading.Thread(
+            target=self._read_windows,
+            args=(order, windows, ready, done),
+            daemon=True,
+            name="trainmedic-stream",
+        )
         reader.start()
         try:
             for window in windows:
@@ -77,8 +83,13 @@ class StreamTier(Tier):
                     pass
                 reader.join(timeout=0.05)
 
-    def _read_windows(self, order: np.ndarray, windows: list[list[tuple[int, int]]], ready: queue.Queue,
-                      done: threading.Event) -> None:
+    def _read_windows(
+        self,
+        order: np.ndarray,
+        windows: list[list[tuple[int, int]]],
+        ready: queue.Queue,
+        done: threading.Event,
+    ) -> None:
         try:
             for window in windows:
                 rows = np.sort(order[window[0][0] : window[-1][1]])

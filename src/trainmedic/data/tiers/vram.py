@@ -33,25 +33,33 @@ class VramTier(Tier):
         if self.tensors is None:
             self.tensors = self._load(source, progress)
         size = sum(t.numel() * t.element_size() for t in self.tensors)
-        self.facts.append(f"{format_bytes(size)} on {device}; per step: no host-to-device copy, one gather per field")
+        self.facts.append(
+            f"{format_bytes(size)} on {device}; per step: no host-to-device copy, one gather per field"
+        )
 
     def _load(self, source: Source, progress: Progress) -> list[Any]:
         torch = self.torch
         reading = Reading(source, progress, "loading to VRAM")
         if source.length is not None and source.specs:
             tensors = {
-                s.name: torch.empty((source.length,) + s.shape, dtype=torch_dtype(s.dtype), device=self.device)
+                s.name: torch.empty(
+                    (source.length,) + s.shape, dtype=torch_dtype(s.dtype), device=self.device
+                )
                 for s in source.specs
             }
             for start, chunk in reading:
                 for name, values in chunk.items():
-                    tensors[name][start : start + len(values)].copy_(torch.from_numpy(np.ascontiguousarray(values)))
+                    tensors[name][start : start + len(values)].copy_(
+                        torch.from_numpy(np.ascontiguousarray(values))
+                    )
             check_complete(source, reading.rows)
         else:  # a query: its size is known only at the end, so stage chunks on the device and join
             parts: dict[str, list[Any]] = {}
             for _, chunk in reading:
                 for name, values in chunk.items():
-                    parts.setdefault(name, []).append(torch.from_numpy(np.ascontiguousarray(values)).to(self.device))
+                    parts.setdefault(name, []).append(
+                        torch.from_numpy(np.ascontiguousarray(values)).to(self.device)
+                    )
             tensors = {name: torch.cat(chunks) for name, chunks in parts.items()}
         self.load_seconds = reading.seconds
         self.facts.append(f"read the source once in {format_seconds(reading.seconds)}")

@@ -14,12 +14,37 @@ from trainmedic.lint.syntax import argument, keyword, last_name, target_nodes
 #: Calls that read a file (or decode one) when a sample is fetched.
 _FILE_READS = frozenset(
     {
-        "open", "io.open", "PIL.Image.open", "cv2.imread", "cv2.VideoCapture", "imageio.imread", "imageio.v2.imread",
-        "imageio.v3.imread", "skimage.io.imread", "tifffile.imread", "h5py.File", "numpy.load", "numpy.fromfile",
-        "numpy.loadtxt", "torch.load", "torchvision.io.read_image", "torchvision.io.read_file",
-        "torchvision.io.read_video", "torchvision.io.decode_image", "torchvision.datasets.folder.default_loader",
-        "soundfile.read", "librosa.load", "torchaudio.load", "scipy.io.wavfile.read", "scipy.io.loadmat",
-        "nibabel.load", "pydicom.dcmread", "pydicom.read_file", "SimpleITK.ReadImage", "zarr.open", "lmdb.open",
+        "open",
+        "io.open",
+        "PIL.Image.open",
+        "cv2.imread",
+        "cv2.VideoCapture",
+        "imageio.imread",
+        "imageio.v2.imread",
+        "imageio.v3.imread",
+        "skimage.io.imread",
+        "tifffile.imread",
+        "h5py.File",
+        "numpy.load",
+        "numpy.fromfile",
+        "numpy.loadtxt",
+        "torch.load",
+        "torchvision.io.read_image",
+        "torchvision.io.read_file",
+        "torchvision.io.read_video",
+        "torchvision.io.decode_image",
+        "torchvision.datasets.folder.default_loader",
+        "soundfile.read",
+        "librosa.load",
+        "torchaudio.load",
+        "scipy.io.wavfile.read",
+        "scipy.io.loadmat",
+        "nibabel.load",
+        "pydicom.dcmread",
+        "pydicom.read_file",
+        "SimpleITK.ReadImage",
+        "zarr.open",
+        "lmdb.open",
     }
 )
 _DB_CONNECTS = frozenset(
@@ -32,34 +57,52 @@ _DATASET_BASES = ("Dataset",)
 #: Library datasets that open and decode a file in every __getitem__ (MNIST, CIFAR hold arrays).
 _LIBRARY_FOLDERS = frozenset(
     {
-        "torchvision.datasets.ImageFolder", "torchvision.datasets.DatasetFolder", "torchvision.datasets.ImageNet",
-        "torchvision.datasets.folder.ImageFolder", "torchvision.datasets.CocoDetection",
-        "torchvision.datasets.CocoCaptions", "torchvision.datasets.VOCSegmentation",
-        "torchvision.datasets.VOCDetection", "torchvision.datasets.Places365", "torchvision.datasets.Food101",
-        "torchvision.datasets.Flowers102", "torchvision.datasets.StanfordCars", "torchvision.datasets.CelebA",
+        "torchvision.datasets.ImageFolder",
+        "torchvision.datasets.DatasetFolder",
+        "torchvision.datasets.ImageNet",
+        "torchvision.datasets.folder.ImageFolder",
+        "torchvision.datasets.CocoDetection",
+        "torchvision.datasets.CocoCaptions",
+        "torchvision.datasets.VOCSegmentation",
+        "torchvision.datasets.VOCDetection",
+        "torchvision.datasets.Places365",
+        "torchvision.datasets.Food101",
+        "torchvision.datasets.Flowers102",
+        "torchvision.datasets.StanfordCars",
+        "torchvision.datasets.CelebA",
     }
 )
 #: Lightning hooks whose loader is built once and iterated every epoch.
 _EPOCH_HOOKS = frozenset({"train_dataloader", "val_dataloader"})
 #: Calls that take a loader without iterating it.
-_NOT_ITERATING = frozenset({"len", "print", "isinstance", "type", "id", "str", "repr", "hasattr", "getattr", "setattr"})
+_NOT_ITERATING = frozenset(
+    {"len", "print", "isinstance", "type", "id", "str", "repr", "hasattr", "getattr", "setattr"}
+)
 
 
 def _reads(context: ModuleContext, call: ast.Call) -> str | None:
-    """"file" or "database" when the call reads one, else None."""
+    """ "file" or "database" when the call reads one, else None."""
     qualname = context.qualname(call.func) or ""
     if qualname in _FILE_READS or qualname.startswith("pandas.read_") and "sql" not in qualname:
         if qualname == "numpy.load" and argument(call, 1, "mmap_mode") is not None:
             return None  # pages of a memory map, usually from the page cache
         if qualname in ("open", "io.open", "h5py.File"):
             mode = argument(call, 1, "mode")
-            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax"):
+            if (
+                isinstance(mode, ast.Constant)
+                and isinstance(mode.value, str)
+                and any(c in mode.value for c in "wax")
+            ):
                 return None
         return "file"
     if qualname in _DB_CONNECTS or qualname.startswith("pandas.read_sql"):
         return "database"
     func = call.func
-    if isinstance(func, ast.Attribute) and func.attr in _DB_METHODS and _DB_RECEIVER.search(last_name(func.value) or ""):
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in _DB_METHODS
+        and _DB_RECEIVER.search(last_name(func.value) or "")
+    ):
         return "database"
     return None
 
@@ -72,11 +115,15 @@ def _io_datasets(context: ModuleContext) -> dict[str, tuple[str, str, bool]]:
     for cls in context.nodes(ast.ClassDef):
         methods = {f.name: f for f in cls.body if isinstance(f, FUNCTIONS)}
         is_dataset = any((last_name(b) or "").endswith(_DATASET_BASES) for b in cls.bases)
-        if "__getitem__" not in methods or not (is_dataset or ("Dataset" in cls.name and "__len__" in methods)):
+        if "__getitem__" not in methods or not (
+            is_dataset or ("Dataset" in cls.name and "__len__" in methods)
+        ):
             continue
         handles = _file_handles(context, cls)
         keeps = bool(handles) or any(
-            isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and _reads(context, n.value) == "database"
+            isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Call)
+            and _reads(context, n.value) == "database"
             and any(isinstance(t, ast.Attribute) for t in n.targets)
             for n in ast.walk(cls)
         )
@@ -84,7 +131,10 @@ def _io_datasets(context: ModuleContext) -> dict[str, tuple[str, str, bool]]:
         while queue and cls.name not in found:
             method = queue.pop()
             seen.add(method)
-            for node in sorted(context.walk_scope(method), key=lambda n: (getattr(n, "lineno", 0), -getattr(n, "col_offset", 0))):
+            for node in sorted(
+                context.walk_scope(method),
+                key=lambda n: (getattr(n, "lineno", 0), -getattr(n, "col_offset", 0)),
+            ):
                 if isinstance(node, ast.Subscript) and _root(node) in handles:
                     found[cls.name] = ("file", f"{ast.unparse(node)} at line {node.lineno}", keeps)
                     break
@@ -95,7 +145,11 @@ def _io_datasets(context: ModuleContext) -> dict[str, tuple[str, str, bool]]:
                     found[cls.name] = (kind, f"{ast.unparse(node.func)}() at line {node.lineno}", keeps)
                     break
                 func = node.func
-                if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+                if (
+                    isinstance(func, ast.Attribute)
+                    and isinstance(func.value, ast.Name)
+                    and func.value.id == "self"
+                ):
                     callee = methods.get(func.attr)
                     if callee is not None and callee not in seen:
                         queue.append(callee)
@@ -126,7 +180,9 @@ def _file_handles(context: ModuleContext, cls: ast.ClassDef) -> set[str]:
             call = node.value
             while isinstance(call, ast.Subscript):
                 call = call.value
-            if isinstance(call, ast.Call) and (context.qualname(call.func) or "").startswith(("h5py.File", "zarr.open")):
+            if isinstance(call, ast.Call) and (context.qualname(call.func) or "").startswith(
+                ("h5py.File", "zarr.open")
+            ):
                 handles.update(ast.unparse(t) for t in node.targets if isinstance(t, ast.Attribute))
     return handles
 
@@ -137,7 +193,9 @@ def _root(node: ast.AST) -> str:
     return ast.unparse(node)
 
 
-def _dataset_class(context: ModuleContext, expr: ast.AST, at: ast.AST, classes: dict, depth: int = 0) -> str | None:
+def _dataset_class(
+    context: ModuleContext, expr: ast.AST, at: ast.AST, classes: dict, depth: int = 0
+) -> str | None:
     """The I/O Dataset class ``expr`` is an instance of: ``ImageDataset(...)``, a name or
     ``self.attr`` assigned one, a ``Subset`` or ``random_split`` of one."""
     if depth > 5:
@@ -160,12 +218,15 @@ def _dataset_class(context: ModuleContext, expr: ast.AST, at: ast.AST, classes: 
         scopes = [f for f in cls.body if isinstance(f, FUNCTIONS)] if cls is not None else []
     else:
         scope = context.scope_of(at)
-        if expr.id in {a.arg for a in ast.walk(getattr(scope, "args", ast.arguments())) if isinstance(a, ast.arg)}:
+        if expr.id in {
+            a.arg for a in ast.walk(getattr(scope, "args", ast.arguments())) if isinstance(a, ast.arg)
+        }:
             return None  # a parameter: whatever the caller passes
         scopes = [scope, context.tree]
     for scope in scopes:
         values = [
-            n.value for n in context.walk_scope(scope)
+            n.value
+            for n in context.walk_scope(scope)
             if isinstance(n, ast.Assign) and any(target in _unpacked(t) for t in n.targets)
         ]
         # Any branch's dataset counts: `if args.dummy: FakeData(...) else: ImageFolder(...)` reads
@@ -179,7 +240,9 @@ def _dataset_class(context: ModuleContext, expr: ast.AST, at: ast.AST, classes: 
 
 def _unpacked(target: ast.AST) -> list[str]:
     """``a`` → ["a"]; ``self.train, self.val`` → ["self.train", "self.val"]."""
-    return [ast.unparse(t) for t in target_nodes(target) if not isinstance(t, (ast.Tuple, ast.List, ast.Starred))]
+    return [
+        ast.unparse(t) for t in target_nodes(target) if not isinstance(t, (ast.Tuple, ast.List, ast.Starred))
+    ]
 
 
 def _iterated_every_epoch(context: ModuleContext, loader_call: ast.Call) -> str | None:
@@ -196,10 +259,13 @@ def _iterated_every_epoch(context: ModuleContext, loader_call: ast.Call) -> str 
     elif context.scope_of(assign) is context.tree:
         # Functions that read the module's loader, not one of their own by the same name.
         scopes = [context.tree] + [
-            f for f in context.nodes(*FUNCTIONS)
+            f
+            for f in context.nodes(*FUNCTIONS)
             if target not in {a.arg for a in ast.walk(f.args) if isinstance(a, ast.arg)}
-            and not any(isinstance(n, ast.Name) and n.id == target and isinstance(n.ctx, ast.Store)
-                        for n in context.walk_scope(f))
+            and not any(
+                isinstance(n, ast.Name) and n.id == target and isinstance(n.ctx, ast.Store)
+                for n in context.walk_scope(f)
+            )
         ]
     else:
         scopes = [context.scope_of(assign)]
@@ -208,7 +274,9 @@ def _iterated_every_epoch(context: ModuleContext, loader_call: ast.Call) -> str 
             if isinstance(node, (ast.For, ast.AsyncFor)):
                 uses = [n for n in ast.walk(node.iter) if ast.unparse(n) == target]
             elif isinstance(node, ast.Call) and last_name(node.func) not in _NOT_ITERATING:
-                uses = [a for a in [*node.args, *(k.value for k in node.keywords)] if ast.unparse(a) == target]
+                uses = [
+                    a for a in [*node.args, *(k.value for k in node.keywords)] if ast.unparse(a) == target
+                ]
             else:
                 continue
             if not uses:
@@ -222,13 +290,18 @@ def _iterated_every_epoch(context: ModuleContext, loader_call: ast.Call) -> str 
 
 def _called_in_a_loop(context: ModuleContext, function: ast.AST) -> ast.Call | None:
     """The call of ``train_one_epoch()`` in ``for epoch in range(epochs):``."""
-    return next((call for call in context.callers(function) if next(context.enclosing_loops(call), None) is not None), None)
+    return next(
+        (call for call in context.callers(function) if next(context.enclosing_loops(call), None) is not None),
+        None,
+    )
 
 
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
     classes = _io_datasets(context)
     for call in context.nodes(ast.Call):
-        if context.qualname(call.func) != "torch.utils.data.DataLoader" or any(k.arg is None for k in call.keywords):
+        if context.qualname(call.func) != "torch.utils.data.DataLoader" or any(
+            k.arg is None for k in call.keywords
+        ):
             continue
         dataset = argument(call, 0, "dataset")
         name = _dataset_class(context, dataset, call, classes) if dataset is not None else None
@@ -245,22 +318,36 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
                     " and open the connection lazily in each worker: a DB session cannot be pickled into "
                     "workers (why num_workers > 0 failed in seed 003)"
                 )
-            yield call, f"DataLoader over {name} {setting}: {what} in the training process while the GPU waits; {advice}"
+            yield (
+                call,
+                f"DataLoader over {name} {setting}: {what} in the training process while the GPU waits; {advice}",
+            )
             continue
         if keyword(call, "persistent_workers") is not None:
             continue
         function = context.function_of(call)
-        if function is not None and function.name in _EPOCH_HOOKS and isinstance(context.parent(call), ast.Return):
+        if (
+            function is not None
+            and function.name in _EPOCH_HOOKS
+            and isinstance(context.parent(call), ast.Return)
+        ):
             where = f"by Lightning, from {function.name}()"
         else:
             where = _iterated_every_epoch(context, call)
         if where is not None:
-            yield call, (
-                f"DataLoader over {name} (num_workers={ast.unparse(workers)}) is iterated every epoch "
-                f"({where}) without persistent_workers=True: its worker processes are started again each epoch"
-                + (", and each reopens its files or connections" if keeps else "")
-                + "; pass persistent_workers=True"
-                + ("" if isinstance(workers, ast.Constant) else f" (persistent_workers={ast.unparse(workers)} > 0)")
+            yield (
+                call,
+                (
+                    f"DataLoader over {name} (num_workers={ast.unparse(workers)}) is iterated every epoch "
+                    f"({where}) without persistent_workers=True: its worker processes are started again each epoch"
+                    + (", and each reopens its files or connections" if keeps else "")
+                    + "; pass persistent_workers=True"
+                    + (
+                        ""
+                        if isinstance(workers, ast.Constant)
+                        else f" (persistent_workers={ast.unparse(workers)} > 0)"
+                    )
+                ),
             )
 
 

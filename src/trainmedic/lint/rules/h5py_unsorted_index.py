@@ -42,7 +42,9 @@ def _order_source(context: ModuleContext, call: ast.Call) -> str | None:
     if qualname in _RANDOM_DRAWS:
         return what if argument(call, _RANDOM_DRAWS[qualname], "size") is not None else None
     if qualname == "torch.randint":  # torch.randint([low,] high, size): the size is the tuple
-        sized = keyword(call, "size") is not None or any(isinstance(a, (ast.Tuple, ast.List)) for a in call.args)
+        sized = keyword(call, "size") is not None or any(
+            isinstance(a, (ast.Tuple, ast.List)) for a in call.args
+        )
         return what if sized else None
     func = call.func
     if isinstance(func, ast.Attribute) and _is_rng(context, func.value):
@@ -107,7 +109,12 @@ class _Flow:
                     add(element, node.target, "assign", None)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 for element in target_nodes(node.optional_vars):
-                    add(element, element, "assign", node.context_expr if element is node.optional_vars else None)
+                    add(
+                        element,
+                        element,
+                        "assign",
+                        node.context_expr if element is node.optional_vars else None,
+                    )
             elif isinstance(node, ast.Call):
                 shuffled = _shuffled_in_place(self.context, node)
                 if shuffled is not None:
@@ -129,18 +136,28 @@ class _Flow:
         loops = set(self.context.enclosing_loops(at))
         # A shuffle later in a loop that also holds ``at`` runs before ``at`` on the next pass.
         carried = [
-            e for e in events if _pos(e[0]) > _pos(at) and e[1] == "shuffle" and loops & set(self.context.enclosing_loops(e[0]))
+            e
+            for e in events
+            if _pos(e[0]) > _pos(at) and e[1] == "shuffle" and loops & set(self.context.enclosing_loops(e[0]))
         ]
         if before:
             node, what, value = before[-1]
         elif isinstance(target, ast.Attribute) and (cls := self.context.class_of(at)) is not None:
             return self._class_value(cls, target, kind, depth)
-        elif isinstance(target, ast.Name) and scope is not self.context.tree and not self._is_parameter(scope, target):
+        elif (
+            isinstance(target, ast.Name)
+            and scope is not self.context.tree
+            and not self._is_parameter(scope, target)
+        ):
             node, what, value = self._outer_value(scope, target)
         else:
             node, what, value = None, "assign", None
         if kind == "h5":
-            return (None, self.h5_kind(value, node, depth + 1)) if what == "assign" and value is not None else (None, None)
+            return (
+                (None, self.h5_kind(value, node, depth + 1))
+                if what == "assign" and value is not None
+                else (None, None)
+            )
         if what == "shuffle":
             return f"{ast.unparse(node.func)}() at line {node.lineno}", None
         if what == "sort":
@@ -157,7 +174,9 @@ class _Flow:
     def _outer_value(self, scope: ast.AST, target: ast.Name) -> tuple[ast.AST | None, str, ast.AST | None]:
         """A free name: the enclosing function's last write before this function is defined
         (a closure), or the module's only write to it (a global)."""
-        while (outer := self.context.scope_of(scope)) is not self.context.tree and isinstance(outer, FUNCTIONS):
+        while (outer := self.context.scope_of(scope)) is not self.context.tree and isinstance(
+            outer, FUNCTIONS
+        ):
             events = [e for e in self.events(outer, target) if _pos(e[0]) < _pos(scope)]
             if events or self._is_parameter(outer, target):
                 return events[-1] if events else (None, "assign", None)
@@ -165,11 +184,17 @@ class _Flow:
         events = self.events(self.context.tree, target)
         return events[-1] if len(events) == 1 else (None, "assign", None)
 
-    def _class_value(self, cls: ast.ClassDef, target: ast.Attribute, kind: str, depth: int) -> tuple[str | None, object]:
-        events = [e for method in cls.body if isinstance(method, FUNCTIONS) for e in self.events(method, target)]
+    def _class_value(
+        self, cls: ast.ClassDef, target: ast.Attribute, kind: str, depth: int
+    ) -> tuple[str | None, object]:
+        events = [
+            e for method in cls.body if isinstance(method, FUNCTIONS) for e in self.events(method, target)
+        ]
         values = [(node, value) for node, what, value in events if what == "assign" and not _is_none(value)]
         if kind == "h5":
-            kinds = {self.h5_kind(value, node, depth + 1) if value is not None else None for node, value in values}
+            kinds = {
+                self.h5_kind(value, node, depth + 1) if value is not None else None for node, value in values
+            }
             return None, (kinds.pop() if len(kinds) == 1 else None)
         if any(what == "sort" for _, what, _ in events):
             return None, None
@@ -198,7 +223,7 @@ class _Flow:
         return None
 
     def h5_kind(self, expr: ast.AST | None, at: ast.AST | None, depth: int = 0) -> str | None:
-        """"file" for an ``h5py.File``, "node" for a group or dataset in one, else None."""
+        """ "file" for an ``h5py.File``, "node" for a group or dataset in one, else None."""
         if expr is None or at is None or depth > 8:
             return None
         if isinstance(expr, ast.Call):
@@ -212,7 +237,11 @@ class _Flow:
             key = expr.slice
             if parent == "file" and not isinstance(key, (ast.Slice, ast.Tuple)):
                 return "node"
-            if parent == "node" and isinstance(key, (ast.Constant, ast.JoinedStr)) and isinstance(getattr(key, "value", ""), str):
+            if (
+                parent == "node"
+                and isinstance(key, (ast.Constant, ast.JoinedStr))
+                and isinstance(getattr(key, "value", ""), str)
+            ):
                 return "node"
             return None
         if isinstance(expr, (ast.Name, ast.Attribute)) and _is_variable(expr):
@@ -232,7 +261,9 @@ def _is_none(expr: ast.AST | None) -> bool:
 
 
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
-    if "h5py" not in context.imports.values() and not any(v.startswith("h5py.") for v in context.imports.values()):
+    if "h5py" not in context.imports.values() and not any(
+        v.startswith("h5py.") for v in context.imports.values()
+    ):
         return
     flow = _Flow(context)
     for sub in context.nodes(ast.Subscript):
@@ -245,11 +276,14 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         if source is None:
             continue
         shown = ast.unparse(index)
-        yield sub, (
-            f"h5py dataset {ast.unparse(sub.value)} is indexed with {shown}, which is shuffled ({source}) "
-            f"and not sorted: h5py raises TypeError: Indexing elements must be in increasing order; "
-            f"index with np.sort({shown}) and reorder after if the order matters, read a contiguous block, "
-            "or serve shuffled batches with trainmedic.data.load"
+        yield (
+            sub,
+            (
+                f"h5py dataset {ast.unparse(sub.value)} is indexed with {shown}, which is shuffled ({source}) "
+                f"and not sorted: h5py raises TypeError: Indexing elements must be in increasing order; "
+                f"index with np.sort({shown}) and reorder after if the order matters, read a contiguous block, "
+                "or serve shuffled batches with trainmedic.data.load"
+            ),
         )
 
 

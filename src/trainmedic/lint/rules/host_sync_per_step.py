@@ -25,24 +25,66 @@ _MODULE_NAME = re.compile(
 )
 _LOSS_NAME = re.compile(r"(^|_)loss$", re.IGNORECASE)
 _FACTORIES = frozenset(
-    {"tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "rand", "randn",
-     "randint", "randperm", "eye", "zeros_like", "ones_like", "from_numpy"}
+    {
+        "tensor",
+        "as_tensor",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "linspace",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "eye",
+        "zeros_like",
+        "ones_like",
+        "from_numpy",
+    }
 )
 _PLAIN_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "__class__"})
 #: Methods whose result is a Python value (Keras' train_on_batch returns NumPy scalars).
 _PLAIN_METHODS = frozenset(
-    {"size", "dim", "numel", "nelement", "item", "tolist", "backward", "step", "zero_grad", "train_on_batch",
-     "test_on_batch", "predict_on_batch", "fit", "evaluate", "get_last_lr"}
+    {
+        "size",
+        "dim",
+        "numel",
+        "nelement",
+        "item",
+        "tolist",
+        "backward",
+        "step",
+        "zero_grad",
+        "train_on_batch",
+        "test_on_batch",
+        "predict_on_batch",
+        "fit",
+        "evaluate",
+        "get_last_lr",
+    }
 )
 _PLAIN_BUILTINS = frozenset({"float", "int", "len", "str", "bool", "round", "repr", "range", "isinstance"})
 #: Calls whose result holds their arguments' values.
 _CONTAINERS = frozenset({"enumerate", "zip", "iter", "next", "list", "tuple", "sorted", "reversed", "dict"})
 #: The values an expression is made of: x[i], -x, a + b, a < b, x if c else y, (a, b), [f(x) for ...].
 _PARTS = {
-    ast.Subscript: ("value",), ast.Starred: ("value",), ast.Await: ("value",), ast.UnaryOp: ("operand",),
-    ast.BinOp: ("left", "right"), ast.Compare: ("left", "comparators"), ast.IfExp: ("body", "orelse"),
-    ast.Tuple: ("elts",), ast.List: ("elts",), ast.Set: ("elts",), ast.Dict: ("values",),
-    ast.ListComp: ("elt",), ast.GeneratorExp: ("elt",), ast.SetComp: ("elt",), ast.DictComp: ("value",),
+    ast.Subscript: ("value",),
+    ast.Starred: ("value",),
+    ast.Await: ("value",),
+    ast.UnaryOp: ("operand",),
+    ast.BinOp: ("left", "right"),
+    ast.Compare: ("left", "comparators"),
+    ast.IfExp: ("body", "orelse"),
+    ast.Tuple: ("elts",),
+    ast.List: ("elts",),
+    ast.Set: ("elts",),
+    ast.Dict: ("values",),
+    ast.ListComp: ("elt",),
+    ast.GeneratorExp: ("elt",),
+    ast.SetComp: ("elt",),
+    ast.DictComp: ("value",),
 }
 #: (where the binding takes effect, the statement, loop or function that binds, the value bound).
 _Binding = tuple[tuple[int, int], ast.AST, "ast.AST | None"]
@@ -343,10 +385,13 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         if what is None or environment.feeds(call):
             continue
         seen.add(call.lineno)
-        yield call, (
-            f"{what} makes the host wait for the GPU on every training step{context.every_step_note(call)}; "
-            "keep running sums on "
-            "the device (total += loss.detach()) and read them every N steps"
+        yield (
+            call,
+            (
+                f"{what} makes the host wait for the GPU on every training step{context.every_step_note(call)}; "
+                "keep running sums on "
+                "the device (total += loss.detach()) and read them every N steps"
+            ),
         )
 
 

@@ -17,7 +17,9 @@ _LOGGER_NAME = re.compile(r"log", re.IGNORECASE)
 
 def _printer(context: ModuleContext, call: ast.Call) -> str | None:
     qualname = context.qualname(call.func) or ""
-    if qualname in ("print", "pprint.pprint", "sys.stdout.write", "sys.stderr.write") or qualname.endswith("tqdm.write"):
+    if qualname in ("print", "pprint.pprint", "sys.stdout.write", "sys.stderr.write") or qualname.endswith(
+        "tqdm.write"
+    ):
         return qualname.rsplit(".", 1)[-1] + "()" if qualname != "print" else "print()"
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in _LOG_LEVELS:
@@ -32,9 +34,12 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         what = _printer(context, call)
         if what is None or not context.runs_every_step(call):
             continue
-        yield call, (
-            f"{what} runs on every training step{context.every_step_note(call)}; log every N steps "
-            "(if step % log_every == 0) or once per epoch"
+        yield (
+            call,
+            (
+                f"{what} runs on every training step{context.every_step_note(call)}; log every N steps "
+                "(if step % log_every == 0) or once per epoch"
+            ),
         )
 
 

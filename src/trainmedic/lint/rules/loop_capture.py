@@ -21,9 +21,24 @@ _FUNCTIONS = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
 #: traces its function when .map() is called) are simply not listed, nor is any unknown callee.
 _DEFERRING = frozenset(
     {
-        "Lambda", "LambdaLayer", "LambdaCallback", "LambdaLR", "MultiplicativeLR", "LearningRateScheduler",
-        "Thread", "Process", "Timer", "submit", "apply_async", "add_done_callback", "add_callback",
-        "add_hook", "add_event_handler", "call_soon", "call_later", "connect",
+        "Lambda",
+        "LambdaLayer",
+        "LambdaCallback",
+        "LambdaLR",
+        "MultiplicativeLR",
+        "LearningRateScheduler",
+        "Thread",
+        "Process",
+        "Timer",
+        "submit",
+        "apply_async",
+        "add_done_callback",
+        "add_callback",
+        "add_hook",
+        "add_event_handler",
+        "call_soon",
+        "call_later",
+        "connect",
     }
 )
 _STORE_METHODS = frozenset({"append", "appendleft", "insert", "add", "setdefault", "put", "put_nowait"})

@@ -11,22 +11,48 @@ from trainmedic.lint.syntax import argument, last_name, names_in, string_value
 
 #: Calls that open a file, with the keyword name of their path argument (always the first).
 _FILE_OPENERS = {
-    "h5py.File": "name", "zarr.open": "store", "zarr.open_group": "store", "zarr.open_array": "store",
-    "zarr.open_consolidated": "store", "numpy.load": "file", "open": "file", "io.open": "file",
-    "torch.load": "f", "lmdb.open": "path",
+    "h5py.File": "name",
+    "zarr.open": "store",
+    "zarr.open_group": "store",
+    "zarr.open_array": "store",
+    "zarr.open_consolidated": "store",
+    "numpy.load": "file",
+    "open": "file",
+    "io.open": "file",
+    "torch.load": "f",
+    "lmdb.open": "path",
 }
 _CONNECTORS = frozenset(
     {
-        "sqlite3.connect", "psycopg2.connect", "psycopg.connect", "pymysql.connect",
-        "mysql.connector.connect", "duckdb.connect", "sqlalchemy.create_engine", "sqlalchemy.orm.Session",
+        "sqlite3.connect",
+        "psycopg2.connect",
+        "psycopg.connect",
+        "pymysql.connect",
+        "mysql.connector.connect",
+        "duckdb.connect",
+        "sqlalchemy.create_engine",
+        "sqlalchemy.orm.Session",
         "sqlalchemy.orm.session.Session",
     }
 )
 _SESSION_FACTORIES = frozenset({"sqlalchemy.orm.sessionmaker", "sqlalchemy.orm.scoped_session"})
 #: Calls that build a path from their arguments and nothing else: the same inputs, the same path.
 _PATH_BUILDERS = frozenset(
-    {"os.path.join", "os.path.expanduser", "os.path.abspath", "os.path.realpath", "os.fspath", "str",
-     "pathlib.Path", "Path", "format", "joinpath", "with_suffix", "expanduser", "resolve"}
+    {
+        "os.path.join",
+        "os.path.expanduser",
+        "os.path.abspath",
+        "os.path.realpath",
+        "os.fspath",
+        "str",
+        "pathlib.Path",
+        "Path",
+        "format",
+        "joinpath",
+        "with_suffix",
+        "expanduser",
+        "resolve",
+    }
 )
 _DATASET_BASES = ("Dataset", "Sequence", "PyDataset")
 
@@ -95,7 +121,13 @@ def _getitem_reach(memo: _Memo, cls: ast.ClassDef) -> dict[ast.AST, ast.Call | N
 
 
 _BINDINGS = (
-    ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension
+    ast.Assign,
+    ast.AnnAssign,
+    ast.AugAssign,
+    ast.NamedExpr,
+    ast.For,
+    ast.AsyncFor,
+    ast.comprehension,
 )
 
 
@@ -152,8 +184,11 @@ class _Memo:
         """Names bound by ``with ... as f`` in the scope: file objects, not paths."""
         if scope not in self._handles:
             self._handles[scope] = {
-                n.id for node in self.region(scope) if isinstance(node, ast.withitem) and node.optional_vars
-                for n in ast.walk(node.optional_vars) if isinstance(n, ast.Name)
+                n.id
+                for node in self.region(scope)
+                if isinstance(node, ast.withitem) and node.optional_vars
+                for n in ast.walk(node.optional_vars)
+                if isinstance(n, ast.Name)
             }
         return self._handles[scope]
 
@@ -178,7 +213,8 @@ class _Memo:
         if function not in self._yielding:
             self._yielding[function] = {
                 next(self.context.enclosing_loops(node), None)
-                for node in self.region(function) if isinstance(node, (ast.Yield, ast.YieldFrom))
+                for node in self.region(function)
+                if isinstance(node, (ast.Yield, ast.YieldFrom))
             }
         return self._yielding[function]
 
@@ -230,10 +266,12 @@ def _checks_what_it_sets(branch: ast.If) -> bool:
     """The ``if`` tests something (``is None``, ``not``, ``in``, ``hasattr``) that its body sets."""
     test = branch.test
     if not any(
-        isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)
+        isinstance(n, ast.UnaryOp)
+        and isinstance(n.op, ast.Not)
         or isinstance(n, ast.Compare)
         and any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in n.ops)
-        or isinstance(n, ast.Call) and last_name(n.func) in ("hasattr", "getattr")
+        or isinstance(n, ast.Call)
+        and last_name(n.func) in ("hasattr", "getattr")
         for n in ast.walk(test)
     ):
         return False
@@ -313,17 +351,23 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         name, path = _opened(context, call, factories)  # type: ignore[misc]
         where = before or "lazily in each worker (if self.conn is None: ...)"
         if path is None:
-            yield call, (
-                f"{name}() opens a new database connection on {when}; connect once {where}, "
-                "or load the rows once with trainmedic.data: data.load(url, query=...)"
+            yield (
+                call,
+                (
+                    f"{name}() opens a new database connection on {when}; connect once {where}, "
+                    "or load the rows once with trainmedic.data: data.load(url, query=...)"
+                ),
             )
         elif _same_file(memo, call, path, varying):
             where = before or "in __init__ or lazily once per worker (if self.f is None: ...)"
             sql = "read_sql" in name
             what, verb = ("runs the same query", "run") if sql else ("opens the same file", "open")
-            yield call, (
-                f"{name}({ast.unparse(path)}) {what} on {when}; {verb} it once {where}, "
-                "or load it once with trainmedic.data: data.load(...)"
+            yield (
+                call,
+                (
+                    f"{name}({ast.unparse(path)}) {what} on {when}; {verb} it once {where}, "
+                    "or load it once with trainmedic.data: data.load(...)"
+                ),
             )
 
 

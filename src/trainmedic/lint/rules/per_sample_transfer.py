@@ -40,8 +40,26 @@ _BATCH_NAME = re.compile(r"^(batch|mini_?batch)$", re.IGNORECASE)
 _BATCHER = re.compile(r"loader|^batch$|batches|split|chunk", re.IGNORECASE)
 #: Calls that make data arrays (rows are samples), not value ranges like np.linspace.
 _ARRAY_MAKERS = frozenset(
-    {"load", "array", "asarray", "stack", "concatenate", "vstack", "from_numpy", "tensor", "as_tensor",
-     "randn", "rand", "normal", "uniform", "memmap", "loadtxt", "genfromtxt", "fromfile", "frombuffer"}
+    {
+        "load",
+        "array",
+        "asarray",
+        "stack",
+        "concatenate",
+        "vstack",
+        "from_numpy",
+        "tensor",
+        "as_tensor",
+        "randn",
+        "rand",
+        "normal",
+        "uniform",
+        "memmap",
+        "loadtxt",
+        "genfromtxt",
+        "fromfile",
+        "frombuffer",
+    }
 )
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _WRAPPERS = ("enumerate", "zip", "tqdm")
@@ -106,7 +124,8 @@ def _in_getitem(context: ModuleContext, call: ast.Call, moved: ast.AST, device: 
             return None  # self.device = "cpu" wherever the class sets it
     # Seed 003's GPU-cached dataset: self.x was moved in __init__, so self.x[i].to(device) is a no-op.
     on_device = {
-        attr for attr, values in assigned.items()
+        attr
+        for attr, values in assigned.items()
         if any(_transfer(context, n) or _made_on_device(context, n) for v in values for n in _calls(v))
     }
     if _self_attributes(context, function, moved) & on_device:
@@ -163,8 +182,11 @@ def _samples(context: ModuleContext, iterable: ast.AST) -> bool:
     # x.size(0), x.shape[0]: the batch dimension of a tensor.
     if isinstance(stop, ast.Call) and last_name(stop.func) == "size" and len(stop.args) == 1:
         return isinstance(stop.args[0], ast.Constant) and stop.args[0].value == 0
-    return isinstance(stop, ast.Subscript) and last_name(stop.value) == "shape" and (
-        isinstance(stop.slice, ast.Constant) and stop.slice.value == 0)
+    return (
+        isinstance(stop, ast.Subscript)
+        and last_name(stop.value) == "shape"
+        and (isinstance(stop.slice, ast.Constant) and stop.slice.value == 0)
+    )
 
 
 def _assigned(context: ModuleContext, name: ast.AST) -> list[ast.expr]:
@@ -172,8 +194,10 @@ def _assigned(context: ModuleContext, name: ast.AST) -> list[ast.expr]:
     if not isinstance(name, ast.Name):
         return []
     found = [
-        node.value for node in context.walk_scope(context.scope_of(name))
-        if isinstance(node, ast.Assign) and node.lineno < name.lineno
+        node.value
+        for node in context.walk_scope(context.scope_of(name))
+        if isinstance(node, ast.Assign)
+        and node.lineno < name.lineno
         and any(isinstance(t, ast.Name) and t.id == name.id for t in node.targets)
     ]
     return sorted(found, key=lambda v: (v.lineno, v.col_offset))
@@ -181,10 +205,14 @@ def _assigned(context: ModuleContext, name: ast.AST) -> list[ast.expr]:
 
 def _uncollated(context: ModuleContext, name: ast.AST) -> bool:
     function = context.function_of(name)
-    if function is not None and ("collate" in function.name.lower() or any(
-        kw.arg == "collate_fn" and last_name(kw.value) == function.name
-        for call in context.nodes(ast.Call) for kw in call.keywords
-    )):
+    if function is not None and (
+        "collate" in function.name.lower()
+        or any(
+            kw.arg == "collate_fn" and last_name(kw.value) == function.name
+            for call in context.nodes(ast.Call)
+            for kw in call.keywords
+        )
+    ):
         return True
     sampled = ("random.sample", "random.choices")
     values = _assigned(context, name)
@@ -243,17 +271,23 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         what, moved, device = found
         where = _in_getitem(context, call, moved, device)
         if where is not None:
-            yield call, (
-                f"{what} {where} copies one sample at a time to the GPU (and needs CUDA in every "
-                "DataLoader worker); return CPU tensors and move the whole batch in the training loop "
-                "(pin_memory=True, .to(device, non_blocking=True))"
+            yield (
+                call,
+                (
+                    f"{what} {where} copies one sample at a time to the GPU (and needs CUDA in every "
+                    "DataLoader worker); return CPU tensors and move the whole batch in the training loop "
+                    "(pin_memory=True, .to(device, non_blocking=True))"
+                ),
             )
             continue
         where = _in_sample_loop(context, call, moved)
         if where is not None:
-            yield call, (
-                f"{what} {where} copies one sample at a time to the GPU; build the batch on the host "
-                "(torch.stack / np.stack) and move it with one call, or make the whole batch on the device"
+            yield (
+                call,
+                (
+                    f"{what} {where} copies one sample at a time to the GPU; build the batch on the host "
+                    "(torch.stack / np.stack) and move it with one call, or make the whole batch on the device"
+                ),
             )
 
 

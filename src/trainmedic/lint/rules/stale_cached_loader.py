@@ -27,7 +27,11 @@ def _builds_loader(context: ModuleContext, call: ast.Call) -> bool:
     if not _LOADER_WORDS.search(name) or qualname.startswith(_OTHER_LOADERS):
         return False
     # ``get_train_loader(split)`` is a factory; a class such as ``FileSystemLoader`` must show batches.
-    return "dataloader" in name.lower() or name[0].islower() or any(k.arg in _LOADER_KEYWORDS for k in call.keywords)
+    return (
+        "dataloader" in name.lower()
+        or name[0].islower()
+        or any(k.arg in _LOADER_KEYWORDS for k in call.keywords)
+    )
 
 
 def _cache_slot(test: ast.expr) -> tuple[str, ast.AST | None, bool] | None:
@@ -52,7 +56,9 @@ def _cache_slot(test: ast.expr) -> tuple[str, ast.AST | None, bool] | None:
         return ast.unparse(inner), None, negated
     if isinstance(inner, ast.Compare) and len(inner.ops) == 1 and not negated:
         op, right = inner.ops[0], inner.comparators[0]
-        is_none = isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None
+        is_none = (
+            isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None
+        )
         if is_none and isinstance(inner.left, (ast.Name, ast.Attribute)):
             return ast.unparse(inner.left), None, isinstance(op, ast.Is)
         if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Name, ast.Attribute)):
@@ -70,16 +76,20 @@ def _build_statements(context: ModuleContext, branch: ast.If, missing: bool) -> 
     for field in ("body", "orelse", "finalbody"):
         block = getattr(parent, field, None)
         if isinstance(block, list) and any(stmt is branch for stmt in block):
-            return block[[id(stmt) for stmt in block].index(id(branch)) + 1:]
+            return block[[id(stmt) for stmt in block].index(id(branch)) + 1 :]
     return []
 
 
 def _derived(function: ast.AST, context: ModuleContext) -> dict[str, set[str]]:
     """Each local name → the parameters its value comes from (``bs = n * 2`` → {"n"})."""
     args = function.args  # type: ignore[attr-defined]
-    params = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg not in ("self", "cls")]
+    params = [
+        a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg not in ("self", "cls")
+    ]
     origin: dict[str, set[str]] = {p: {p} for p in params}
-    assigns = [n for n in context.walk_scope(function) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
+    assigns = [
+        n for n in context.walk_scope(function) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+    ]
     grew = True
     while grew:
         grew = False
@@ -130,10 +140,13 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
                 continue
             names = ", ".join(sorted(used))
             it = "it" if len(used) == 1 else "them"
-            yield call, (
-                f"{ast.unparse(call.func)}() is built with {names} and cached in {slot}, but the check "
-                f"`if {ast.unparse(branch.test)}` ignores {names}: a later call with a different {names} gets "
-                f"the old loader; remember {it} and rebuild on a change, or key the cache on {it}"
+            yield (
+                call,
+                (
+                    f"{ast.unparse(call.func)}() is built with {names} and cached in {slot}, but the check "
+                    f"`if {ast.unparse(branch.test)}` ignores {names}: a later call with a different {names} gets "
+                    f"the old loader; remember {it} and rebuild on a change, or key the cache on {it}"
+                ),
             )
 
 

@@ -20,15 +20,49 @@ from trainmedic.lint.syntax import last_name, source_order
 
 #: tf op → its keras.ops name, for the fix.
 _KERAS_OPS = {
-    **{name: name for name in (
-        "shape", "reshape", "transpose", "matmul", "expand_dims", "squeeze", "cast", "stack", "split", "tile",
-        "pad", "sqrt", "square", "exp", "abs", "maximum", "minimum", "where", "einsum",
-    )},
-    "concat": "concatenate", "reduce_mean": "mean", "reduce_sum": "sum", "reduce_max": "max",
-    "reduce_min": "min", "gather": "take", "clip_by_value": "clip",
+    **{
+        name: name
+        for name in (
+            "shape",
+            "reshape",
+            "transpose",
+            "matmul",
+            "expand_dims",
+            "squeeze",
+            "cast",
+            "stack",
+            "split",
+            "tile",
+            "pad",
+            "sqrt",
+            "square",
+            "exp",
+            "abs",
+            "maximum",
+            "minimum",
+            "where",
+            "einsum",
+        )
+    },
+    "concat": "concatenate",
+    "reduce_mean": "mean",
+    "reduce_sum": "sum",
+    "reduce_max": "max",
+    "reduce_min": "min",
+    "gather": "take",
+    "clip_by_value": "clip",
     # torch spellings
-    "cat": "concatenate", "mean": "mean", "sum": "sum", "amax": "max", "amin": "min", "permute": "transpose",
-    "flatten": "reshape", "relu": "relu", "sigmoid": "sigmoid", "softmax": "softmax", "clamp": "clip",
+    "cat": "concatenate",
+    "mean": "mean",
+    "sum": "sum",
+    "amax": "max",
+    "amin": "min",
+    "permute": "transpose",
+    "flatten": "reshape",
+    "relu": "relu",
+    "sigmoid": "sigmoid",
+    "softmax": "softmax",
+    "clamp": "clip",
 }
 
 
@@ -85,7 +119,7 @@ def _message(call: ast.Call, arg: str, torch: bool = False) -> str:
         fix = f"use keras.ops.{_KERAS_OPS[op]}" if op in _KERAS_OPS else "use the keras.ops equivalent"
     qualname = ast.unparse(call.func)
     if torch:
-        raises = f'Keras 3 on the torch backend raises "TypeError: {op}(): argument \'input\' must be Tensor, not KerasTensor"'
+        raises = f"Keras 3 on the torch backend raises \"TypeError: {op}(): argument 'input' must be Tensor, not KerasTensor\""
     else:
         raises = 'Keras 3 raises "A KerasTensor cannot be used as input to a TensorFlow function"'
     return (

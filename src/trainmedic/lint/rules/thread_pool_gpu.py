@@ -22,8 +22,10 @@ from trainmedic.lint.syntax import (
 #: Thread pools only: a process pool gives each worker its own CUDA context, another problem.
 _THREAD_POOLS = frozenset(
     {
-        "concurrent.futures.ThreadPoolExecutor", "concurrent.futures.thread.ThreadPoolExecutor",
-        "multiprocessing.pool.ThreadPool", "multiprocessing.dummy.Pool",
+        "concurrent.futures.ThreadPoolExecutor",
+        "concurrent.futures.thread.ThreadPoolExecutor",
+        "multiprocessing.pool.ThreadPool",
+        "multiprocessing.dummy.Pool",
     }
 )
 #: One task per call: a loop around the call makes one task per item.
@@ -41,8 +43,18 @@ _SAMPLES = re.compile(r"sample|example|signal|image|item|record|row", re.IGNOREC
 _DEVICE_NAME = re.compile(r"device|^dev$|cuda|gpu", re.IGNORECASE)
 #: torch.cuda calls that ask about the GPU without running anything on it.
 _CUDA_QUERIES = frozenset(
-    {"is_available", "device_count", "get_device_name", "get_device_properties", "current_device",
-     "get_device_capability", "is_initialized", "mem_get_info", "memory_allocated", "memory_reserved"}
+    {
+        "is_available",
+        "device_count",
+        "get_device_name",
+        "get_device_properties",
+        "current_device",
+        "get_device_capability",
+        "is_initialized",
+        "mem_get_info",
+        "memory_allocated",
+        "memory_reserved",
+    }
 )
 _LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -202,7 +214,7 @@ def _samples(words: list[str]) -> bool:
 
 
 def _threads(built: ast.Call) -> str:
-    """"72 threads" when the pool was built with a literal size, else "a thread pool"."""
+    """ "72 threads" when the pool was built with a literal size, else "a thread pool"."""
     size = argument(built, 0, "max_workers") or keyword(built, "processes")
     if isinstance(size, ast.Constant) and isinstance(size.value, int):
         return f"{size.value} threads"
@@ -229,14 +241,17 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         if gpu is None:
             continue
         fn = name or "<per_sample_fn>"
-        yield call, (
-            f"{ast.unparse(call.func)}({name or 'lambda'}, ...) {where} runs "
-            f"{f'{name}()' if name else 'the lambda'} (line {functions[0].lineno}) once per sample on "
-            f"{_threads(pool)}, and it does GPU work (`{_short(gpu)}` at line {gpu.lineno}): "
-            "tiny GPU calls, one sample at a time, whose launches serialize on one device however many "
-            "threads make them (seed 001: GPU 28 % busy); batch it with trainmedic.batch: "
-            f"`gen = batch.vectorize({fn})` and one call per 256 samples, or "
-            f"`batch.generate({fn}, params, out=...)` for a generation job (8-10x in seed 001)"
+        yield (
+            call,
+            (
+                f"{ast.unparse(call.func)}({name or 'lambda'}, ...) {where} runs "
+                f"{f'{name}()' if name else 'the lambda'} (line {functions[0].lineno}) once per sample on "
+                f"{_threads(pool)}, and it does GPU work (`{_short(gpu)}` at line {gpu.lineno}): "
+                "tiny GPU calls, one sample at a time, whose launches serialize on one device however many "
+                "threads make them (seed 001: GPU 28 % busy); batch it with trainmedic.batch: "
+                f"`gen = batch.vectorize({fn})` and one call per 256 samples, or "
+                f"`batch.generate({fn}, params, out=...)` for a generation job (8-10x in seed 001)"
+            ),
         )
 
 

@@ -28,7 +28,9 @@ BACKWARD_OPS = {f"{name}_backward": kernel for name, kernel in FORWARD_OPS.items
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def sdpa_kernel(device: Device, dtype: torch.dtype, head_dim: int, masked: bool = False, dims: int = 4) -> str:
+def sdpa_kernel(
+    device: Device, dtype: torch.dtype, head_dim: int, masked: bool = False, dims: int = 4
+) -> str:
     """The kernel ``scaled_dot_product_attention`` picks on the target for these inputs."""
     if not device.is_gpu:
         return "cpu flash"
@@ -37,28 +39,54 @@ def sdpa_kernel(device: Device, dtype: torch.dtype, head_dim: int, masked: bool 
     capability = device.compute_capability or (0, 0)
     cudnn = capability >= (9, 0) and dtype in _HALF and head_dim <= 128 and head_dim % 8 == 0 and not masked
     flash = capability >= (8, 0) and dtype in _HALF and head_dim <= 256 and head_dim % 8 == 0 and not masked
-    efficient = (dtype == torch.float32 or dtype == torch.float16 or (dtype == torch.bfloat16 and capability >= (8, 0))) \
-        and head_dim % (4 if dtype == torch.float32 else 8) == 0
+    efficient = (
+        dtype == torch.float32 or dtype == torch.float16 or (dtype == torch.bfloat16 and capability >= (8, 0))
+    ) and head_dim % (4 if dtype == torch.float32 else 8) == 0
     # sm90 prefers cuDNN's fused attention (seen on an H200 with torch 2.11: a cuDNN workspace in
     # backward, no flash accumulator); elsewhere cuDNN comes after the math fallback.
-    order = [(CUDNN, cudnn), (FLASH, flash), (EFFICIENT, efficient)] if capability == (9, 0) else [(FLASH, flash), (EFFICIENT, efficient)]
+    order = (
+        [(CUDNN, cudnn), (FLASH, flash), (EFFICIENT, efficient)]
+        if capability == (9, 0)
+        else [(FLASH, flash), (EFFICIENT, efficient)]
+    )
     return next((name for name, ok in order if ok), MATH)
 
 
-def attention(kernel: str, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def attention(
+    kernel: str,
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+):
     """The attention output as ``kernel``'s own op computes it (and autograd saves for it)."""
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     if kernel == CUDNN:
         return torch.ops.aten._scaled_dot_product_cudnn_attention(
-            query, key, value, None, grad, dropout_p, is_causal, False, scale=scale)[0]
+            query, key, value, None, grad, dropout_p, is_causal, False, scale=scale
+        )[0]
     if kernel == FLASH:
-        return torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+        return torch.ops.aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout_p, is_causal, False, scale=scale
+        )[0]
     if kernel == EFFICIENT:
-        bias = attn_mask if attn_mask is None or attn_mask.dtype != torch.bool else \
-            torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(attn_mask.logical_not(), float("-inf"))
-        return torch.ops.aten._scaled_dot_product_efficient_attention(query, key, value, bias, grad, dropout_p, is_causal, scale=scale)[0]
+        bias = (
+            attn_mask
+            if attn_mask is None or attn_mask.dtype != torch.bool
+            else torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(
+                attn_mask.logical_not(), float("-inf")
+            )
+        )
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, bias, grad, dropout_p, is_causal, scale=scale
+        )[0]
     return torch.ops.aten._scaled_dot_product_attention_math(
-        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+    )[0]
 
 
 def backward_buffers(kernel: str, grad_out: torch.Tensor, query: torch.Tensor) -> list:

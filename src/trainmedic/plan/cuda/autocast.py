@@ -32,35 +32,143 @@ _BANNED = "banned"
 
 #: CUDA's autocast policy per op (overload names as the dispatcher spells them).
 CUDA_POLICY: dict[str, str] = {
-    **dict.fromkeys((
-        "_convolution", "_convolution.deprecated", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
-        "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "cudnn_convolution",
-        "cudnn_convolution_transpose", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv",
-        "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
-        "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-        "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
-    ), _LOWER),
-    **dict.fromkeys((
-        "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
-        "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
-        "native_layer_norm", "group_norm", "rms_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim",
-        "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d",
-        "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
-        "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
-        "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
-        "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
-        "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
-        "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa",
-    ), _FP32),
-    **dict.fromkeys((
-        "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
-        "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList",
-    ), _SET_DTYPE),
+    **dict.fromkeys(
+        (
+            "_convolution",
+            "_convolution.deprecated",
+            "conv1d",
+            "conv2d",
+            "conv3d",
+            "conv_tbc",
+            "conv_transpose1d",
+            "conv_transpose2d.input",
+            "conv_transpose3d.input",
+            "convolution",
+            "cudnn_convolution",
+            "cudnn_convolution_transpose",
+            "prelu",
+            "addmm",
+            "addmv",
+            "addr",
+            "matmul",
+            "einsum",
+            "mm",
+            "mv",
+            "linalg_vecdot",
+            "linear",
+            "addbmm",
+            "baddbmm",
+            "bmm",
+            "chain_matmul",
+            "linalg_multi_dot",
+            "_thnn_fused_lstm_cell",
+            "_thnn_fused_gru_cell",
+            "lstm_cell",
+            "gru_cell",
+            "rnn_tanh_cell",
+            "rnn_relu_cell",
+            "_scaled_dot_product_flash_attention",
+            "scaled_dot_product_attention",
+        ),
+        _LOWER,
+    ),
+    **dict.fromkeys(
+        (
+            "acos",
+            "asin",
+            "cosh",
+            "erfinv",
+            "exp",
+            "expm1",
+            "log",
+            "log10",
+            "log2",
+            "log1p",
+            "reciprocal",
+            "rsqrt",
+            "sinh",
+            "tan",
+            "pow.Tensor_Scalar",
+            "pow.Tensor_Tensor",
+            "pow.Scalar",
+            "softplus",
+            "layer_norm",
+            "native_layer_norm",
+            "group_norm",
+            "rms_norm",
+            "frobenius_norm.dim",
+            "nuclear_norm",
+            "nuclear_norm.dim",
+            "cosine_similarity",
+            "poisson_nll_loss",
+            "cosine_embedding_loss",
+            "nll_loss",
+            "nll_loss2d",
+            "hinge_embedding_loss",
+            "kl_div",
+            "l1_loss",
+            "smooth_l1_loss",
+            "huber_loss",
+            "mse_loss",
+            "margin_ranking_loss",
+            "multilabel_margin_loss",
+            "soft_margin_loss",
+            "triplet_margin_loss",
+            "multi_margin_loss",
+            "binary_cross_entropy_with_logits",
+            "dist",
+            "pdist",
+            "cdist",
+            "renorm",
+            "logsumexp",
+            "upsample_nearest1d",
+            "upsample_nearest2d",
+            "upsample_nearest3d",
+            "_upsample_nearest_exact1d",
+            "_upsample_nearest_exact2d",
+            "_upsample_nearest_exact3d",
+            "upsample_linear1d",
+            "upsample_bilinear2d",
+            "_upsample_bilinear2d_aa",
+            "upsample_trilinear3d",
+            "upsample_bicubic2d",
+            "_upsample_bicubic2d_aa",
+        ),
+        _FP32,
+    ),
+    **dict.fromkeys(
+        (
+            "prod",
+            "prod.dim_int",
+            "softmax.int",
+            "log_softmax.int",
+            "cumprod",
+            "cumsum",
+            "linalg_vector_norm",
+            "linalg_matrix_norm",
+            "linalg_matrix_norm.str_ord",
+            "sum",
+            "sum.dim_IntList",
+        ),
+        _SET_DTYPE,
+    ),
     **dict.fromkeys(("norm.Scalar", "norm.ScalarOpt_dim"), _APPEND_DTYPE),
-    **dict.fromkeys((
-        "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put", "tensordot",
-        "scatter_add",
-    ), _PROMOTE),
+    **dict.fromkeys(
+        (
+            "addcdiv",
+            "addcmul",
+            "atan2",
+            "bilinear",
+            "cross",
+            "dot",
+            "vdot",
+            "grid_sampler",
+            "index_put",
+            "tensordot",
+            "scatter_add",
+        ),
+        _PROMOTE,
+    ),
     "binary_cross_entropy": _BANNED,
 }
 
@@ -124,9 +232,16 @@ class CudaAutocast:
                     # with dtype=float; a Python kernel gets the call without its trailing defaults.
                     bound = {**dict(zip(("self", "p", "dim", "keepdim"), args)), **kwargs}
                     if overload == "Scalar":
-                        return torch.ops.aten.norm.ScalarOpt_dtype(bound["self"], bound.get("p", 2), dtype=torch.float32)
-                    return torch.ops.aten.norm.ScalarOpt_dim_dtype(bound["self"], bound["p"], bound["dim"], bound.get("keepdim", False),
-                                                                  dtype=torch.float32)
+                        return torch.ops.aten.norm.ScalarOpt_dtype(
+                            bound["self"], bound.get("p", 2), dtype=torch.float32
+                        )
+                    return torch.ops.aten.norm.ScalarOpt_dim_dtype(
+                        bound["self"],
+                        bound["p"],
+                        bound["dim"],
+                        bound.get("keepdim", False),
+                        dtype=torch.float32,
+                    )
                 elif policy == _PROMOTE:
                     widest = low
                     for a in _tensors(args, kwargs):
@@ -146,7 +261,9 @@ class CudaAutocast:
         """``cached_cast``: a parameter's cast is made once per region and kept until it ends."""
         if not _eligible(value) or value.dtype == dtype:
             return value
-        cacheable = value.dtype == torch.float32 and value.requires_grad and value.is_leaf and not value._is_view()
+        cacheable = (
+            value.dtype == torch.float32 and value.requires_grad and value.is_leaf and not value._is_view()
+        )
         if not cacheable:
             return value.to(dtype)
         hit = self._cache.get(id(value))
@@ -174,7 +291,7 @@ def _with_dtype(op, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tupl
     index = [a.name for a in op._schema.arguments].index("dtype")
     if index < len(args):
         given = args[index]
-        return ((*args[:index], dtype, *args[index + 1:]), kwargs) if given is None else (args, kwargs)
+        return ((*args[:index], dtype, *args[index + 1 :]), kwargs) if given is None else (args, kwargs)
     return (args, {**kwargs, "dtype": dtype}) if kwargs.get("dtype") is None else (args, kwargs)
 
 
@@ -188,5 +305,10 @@ def _cpu_only_ops() -> tuple[str, ...]:
     """Ops the CPU's autocast casts and CUDA's does not: they fall through, as on CUDA."""
     names = torch._C._dispatch_get_all_op_names()
     cuda = {f"aten::{name}" for name in CUDA_POLICY}
-    return tuple(n.removeprefix("aten::") for n in names
-                 if n.startswith("aten::") and n not in cuda and torch._C._dispatch_has_kernel_for_dispatch_key(n, "AutocastCPU"))
+    return tuple(
+        n.removeprefix("aten::")
+        for n in names
+        if n.startswith("aten::")
+        and n not in cuda
+        and torch._C._dispatch_has_kernel_for_dispatch_key(n, "AutocastCPU")
+    )

@@ -44,8 +44,20 @@ class ConvPass:
     channels_last: bool
 
     def key(self) -> str:
-        return json.dumps([self.kind, self.dtype, self.input[1:], self.weight, self.stride, self.padding, self.dilation,
-                           self.groups, self.transposed, self.channels_last])
+        return json.dumps(
+            [
+                self.kind,
+                self.dtype,
+                self.input[1:],
+                self.weight,
+                self.stride,
+                self.padding,
+                self.dilation,
+                self.groups,
+                self.transposed,
+                self.channels_last,
+            ]
+        )
 
     @property
     def batch(self) -> int:
@@ -61,14 +73,40 @@ def passes_of(name: str, args: tuple, out: Any) -> list[tuple[ConvPass, int]]:
         output = out
     else:  # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, ..., groups, mask)
         grad_output, input, weight = args[:3]
-        stride, padding, dilation, transposed, groups, mask = args[4], args[5], args[6], args[7], args[9], args[10]
+        stride, padding, dilation, transposed, groups, mask = (
+            args[4],
+            args[5],
+            args[6],
+            args[7],
+            args[9],
+            args[10],
+        )
         kinds = [k for k, wanted in ((BACKWARD_DATA, mask[0]), (BACKWARD_FILTER, mask[1])) if wanted]
         output = grad_output
-    channels_last = input.dim() >= 4 and not input.is_contiguous() and input.is_contiguous(memory_format=_channels_last(input))
+    channels_last = (
+        input.dim() >= 4
+        and not input.is_contiguous()
+        and input.is_contiguous(memory_format=_channels_last(input))
+    )
     estimate = sum(_bytes(t) for t in (input, output, weight))
-    return [(ConvPass(kind, str(input.dtype).removeprefix("torch."), tuple(input.shape), tuple(weight.shape),
-                      tuple(stride), tuple(padding), tuple(dilation), int(groups), bool(transposed), channels_last), estimate)
-            for kind in kinds]
+    return [
+        (
+            ConvPass(
+                kind,
+                str(input.dtype).removeprefix("torch."),
+                tuple(input.shape),
+                tuple(weight.shape),
+                tuple(stride),
+                tuple(padding),
+                tuple(dilation),
+                int(groups),
+                bool(transposed),
+                channels_last,
+            ),
+            estimate,
+        )
+        for kind in kinds
+    ]
 
 
 def workspace(device_key: str, conv: ConvPass, estimate: int) -> tuple[int, str]:
@@ -97,9 +135,13 @@ def conv_estimates(sources: dict[str, int]) -> list[str]:
     """The convolution workspaces that are estimates, as plan.confidence lists its reasons."""
     found = []
     if sources.get("estimated"):
-        found.append(f"cuDNN workspaces of {sources['estimated']} convolution passes estimated, none recorded on this card")
+        found.append(
+            f"cuDNN workspaces of {sources['estimated']} convolution passes estimated, none recorded on this card"
+        )
     if sources.get("scaled"):
-        found.append(f"cuDNN workspaces of {sources['scaled']} convolution passes scaled from another batch size")
+        found.append(
+            f"cuDNN workspaces of {sources['scaled']} convolution passes scaled from another batch size"
+        )
     return found
 
 
@@ -111,13 +153,17 @@ def conv_notes(device, sources: dict[str, int]) -> list[str]:
     table = _table().get(device.key, {})
     recorded = ", ".join(str(table[k]) for k in ("device", "torch") if table.get(k))
     measured = sources.get("measured", 0)
-    parts = [f"{measured} of {total} convolution passes take cuDNN workspaces measured on {device.key}"
-             + (f" ({recorded})" if recorded and measured else "")]
+    parts = [
+        f"{measured} of {total} convolution passes take cuDNN workspaces measured on {device.key}"
+        + (f" ({recorded})" if recorded and measured else "")
+    ]
     if sources.get("scaled"):
         parts.append(f"{sources['scaled']} scaled from the same layer measured at another batch size")
     if sources.get("estimated"):
-        parts.append(f"{sources['estimated']} estimated as input + output + weight bytes (cuDNN picks the engine, and so "
-                     "the workspace, per card and shape; `trainmedic plan --verify` on the card measures them)")
+        parts.append(
+            f"{sources['estimated']} estimated as input + output + weight bytes (cuDNN picks the engine, and so "
+            "the workspace, per card and shape; `trainmedic plan --verify` on the card measures them)"
+        )
     return ["; ".join(parts)]
 
 

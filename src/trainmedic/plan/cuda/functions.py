@@ -59,7 +59,9 @@ class FunctionsAsOnTarget(TorchFunctionMode):
         for mode in rnn.GATES:
             self._by_original[getattr(torch, mode)] = functools.partial(self.rnn, mode)
         self._by_original[torch.dropout] = lambda input, p, train: self.dropout(input, p, train)
-        self._by_original[torch.dropout_] = lambda input, p, train: self.dropout(input, p, train, inplace=True)
+        self._by_original[torch.dropout_] = lambda input, p, train: self.dropout(
+            input, p, train, inplace=True
+        )
 
     def __enter__(self):
         entered = super().__enter__()
@@ -93,7 +95,9 @@ class FunctionsAsOnTarget(TorchFunctionMode):
         if note not in self._notes:
             self._notes.append(note)
             if self._device.key != rnn.MEASURED_ON or mode != "lstm":
-                self.estimates.append(f"cuDNN's {mode} reserve and workspace at the rates measured for an LSTM on {rnn.MEASURED_ON}")
+                self.estimates.append(
+                    f"cuDNN's {mode} reserve and workspace at the rates measured for an LSTM on {rnn.MEASURED_ON}"
+                )
         return rnn.cudnn_rnn(mode, *args)
 
     def linear(self, input, weight, bias=None):
@@ -101,20 +105,34 @@ class FunctionsAsOnTarget(TorchFunctionMode):
             return torch.matmul(input, weight.t()).add_(bias)
         return _ORIGINALS["linear"](input, weight, bias)
 
-    def scaled_dot_product_attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                     enable_gqa=False):
+    def scaled_dot_product_attention(
+        self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+    ):
         if torch.is_autocast_enabled("cpu"):
             # Autocast casts q, k and v before the kernel is picked (sdpa is on its lower-precision list).
             low = torch.get_autocast_dtype("cpu")
-            query, key, value = (t.to(low) if t.is_floating_point() and t.dtype != torch.float64 else t for t in (query, key, value))
-        kernel = attention.sdpa_kernel(self._device, query.dtype, int(query.shape[-1]), attn_mask is not None, query.dim())
+            query, key, value = (
+                t.to(low) if t.is_floating_point() and t.dtype != torch.float64 else t
+                for t in (query, key, value)
+            )
+        kernel = attention.sdpa_kernel(
+            self._device, query.dtype, int(query.shape[-1]), attn_mask is not None, query.dim()
+        )
         fused = kernel != attention.MATH
         if dropout_p and fused and _DROPOUT_NOTE not in self._notes:
             self._notes.append(_DROPOUT_NOTE)
         if not fused or enable_gqa:
             # The CPU's own kernel stands in; a fused kernel draws dropout from a seed, keeping no mask.
-            return _ORIGINALS["scaled_dot_product_attention"](query, key, value, attn_mask, 0.0 if fused else dropout_p,
-                                                              is_causal, scale=scale, enable_gqa=enable_gqa)
+            return _ORIGINALS["scaled_dot_product_attention"](
+                query,
+                key,
+                value,
+                attn_mask,
+                0.0 if fused else dropout_p,
+                is_causal,
+                scale=scale,
+                enable_gqa=enable_gqa,
+            )
         return attention.attention(kernel, query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 

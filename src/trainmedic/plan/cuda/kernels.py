@@ -21,12 +21,21 @@ _CONVS = {"convolution", "convolution_backward"}
 #: Reductions run by gpu_reduce_kernel: name -> (accumulator bytes for a floating input, vt0);
 #: None means the input's own element size (max/min keep the input's type).
 _REDUCTIONS: dict[str, tuple[int | None, int]] = {
-    "sum": (4, 4), "mean": (4, 4), "prod": (4, 4), "linalg_vector_norm": (4, 4), "norm": (4, 4),
-    "amax": (None, 4), "amin": (None, 4),
+    "sum": (4, 4),
+    "mean": (4, 4),
+    "prod": (4, 4),
+    "linalg_vector_norm": (4, 4),
+    "norm": (4, 4),
+    "amax": (None, 4),
+    "amin": (None, 4),
     # A (value, index) pair: thrust::pair<acc, int64_t>.
-    "argmax": (16, 4), "argmin": (16, 4),
+    "argmax": (16, 4),
+    "argmin": (16, 4),
     # Welford's running (mean, m2, n, nf), loaded two values at a time.
-    "var": (16, 2), "std": (16, 2), "var_mean": (16, 2), "std_mean": (16, 2),
+    "var": (16, 2),
+    "std": (16, 2),
+    "var_mean": (16, 2),
+    "std_mean": (16, 2),
 }
 
 
@@ -69,18 +78,27 @@ class CudaKernels:
         elif name == "logsumexp":
             self._logsumexp(tracker, func, args, where)
         elif name == "embedding_dense_backward":
-            tracker.add_transients(_embedding_backward_buffers(args[1].numel(), int(args[0].shape[-1])),
-                                   "embedding backward sort and segment buffers", where)
+            tracker.add_transients(
+                _embedding_backward_buffers(args[1].numel(), int(args[0].shape[-1])),
+                "embedding backward sort and segment buffers",
+                where,
+            )
         elif name in attention.FORWARD_OPS:
             kernel = attention.FORWARD_OPS[name]
-            tracker.add_transients(attention.forward_workspace(kernel), f"{kernel} attention workspace", where)
+            tracker.add_transients(
+                attention.forward_workspace(kernel), f"{kernel} attention workspace", where
+            )
             note = f"{where or 'scaled_dot_product_attention'}: {kernel} kernel on {self.device.key}"
             if note not in self.sdpa_calls:
                 self.sdpa_calls.append(note)
         elif name in attention.BACKWARD_OPS:
             kernel = attention.BACKWARD_OPS[name]
             grad_out, query = args[0], args[1]  # (grad_out, query, key, value, ...)
-            tracker.add_kernel_buffers(attention.backward_buffers(kernel, grad_out, query), f"{kernel} attention backward buffers", where)
+            tracker.add_kernel_buffers(
+                attention.backward_buffers(kernel, grad_out, query),
+                f"{kernel} attention backward buffers",
+                where,
+            )
 
     @property
     def conv_sources(self) -> dict[str, int]:
@@ -98,16 +116,24 @@ class CudaKernels:
             # Backward allocates the input gradient, runs the data pass, allocates the weight
             # gradient, runs the filter pass, then reduces the bias gradient.
             produced = {conv.BACKWARD_DATA: 0, conv.BACKWARD_FILTER: 1}.get(conv_pass.kind)
-            after = tracker.sid_of(outputs[produced]) if produced is not None and outputs[produced] is not None else None
+            after = (
+                tracker.sid_of(outputs[produced])
+                if produced is not None and outputs[produced] is not None
+                else None
+            )
             if nbytes == 0:
                 self.conv_passes.append((None, conv_pass))
-            for sid in tracker.add_transients([nbytes], f"cudnn {conv_pass.kind} workspace ({how})", where, after=after):
+            for sid in tracker.add_transients(
+                [nbytes], f"cudnn {conv_pass.kind} workspace ({how})", where, after=after
+            ):
                 self.conv_passes.append((sid, conv_pass))
         if name == "convolution_backward" and len(outputs) > 2 and outputs[2] is not None:
             # The bias gradient is a reduction of grad_output over every dimension but channels.
             grad_output = args[0]
             dims = [d for d in range(grad_output.dim()) if d != 1]
-            self._reduce(tracker, reduce.reduction_of(grad_output, dims, _float_acc(grad_output.dtype)), where)
+            self._reduce(
+                tracker, reduce.reduction_of(grad_output, dims, _float_acc(grad_output.dtype)), where
+            )
 
     def _logsumexp(self, tracker: StorageTracker, func, args: tuple, where: str) -> None:
         # ReduceOps.cpp: maxes = amax(self, dims, keepdim=True), then sum((self - maxes).exp_())
@@ -117,12 +143,20 @@ class CudaKernels:
             return
         dims = _reduced_dims(func, args)
         reduced = [d % input.dim() for d in dims] if dims else list(range(input.dim()))
-        maxes = input.element_size() * max(1, input.numel() // max(1, math.prod(input.shape[d] for d in reduced)))
+        maxes = input.element_size() * max(
+            1, input.numel() // max(1, math.prod(input.shape[d] for d in reduced))
+        )
         self._reduce(tracker, reduce.reduction_of(input, dims, input.element_size()), where)  # amax
-        staging = reduce.buffers(reduce.reduction_of(input, dims, _float_acc(input.dtype)),
-                                 self.device.sm_count, self.device.threads_per_sm)
-        tracker.add_transients([maxes, input.numel() * input.element_size(), *(b for b in staging if b)],
-                               "logsumexp max, shifted copy and sum", where)
+        staging = reduce.buffers(
+            reduce.reduction_of(input, dims, _float_acc(input.dtype)),
+            self.device.sm_count,
+            self.device.threads_per_sm,
+        )
+        tracker.add_transients(
+            [maxes, input.numel() * input.element_size(), *(b for b in staging if b)],
+            "logsumexp max, shifted copy and sum",
+            where,
+        )
 
     def _gemm(self, tracker: StorageTracker, name: str, args: tuple, where: str) -> None:
         # cuBLAS handles are per thread, and each handle gets its own workspaces: backward runs

@@ -81,8 +81,10 @@ def buffers(reduction: Reduction, sm_count: int, threads_per_sm: int) -> tuple[i
     values_per_thread = -(-inputs_per_output // step_input)
     if not (split_across_warps and values_per_thread >= MAX_VALUES_PER_THREAD and grid_x <= target_grid):
         return 0, 0
-    ctas = max(-(-values_per_thread // MAX_VALUES_PER_THREAD),
-               min(-(-target_grid // grid_x), -(-values_per_thread // MIN_VALUES_PER_THREAD)))
+    ctas = max(
+        -(-values_per_thread // MAX_VALUES_PER_THREAD),
+        min(-(-target_grid // grid_x), -(-values_per_thread // MIN_VALUES_PER_THREAD)),
+    )
     if ctas <= 1:
         return 0, 0
     staging = reduction.acc_bytes * num_outputs * ctas
@@ -138,6 +140,7 @@ def reduction_of(input: torch.Tensor, dims: list[int] | None, acc_bytes: int, vt
 
 def _sorted_dims(sizes: list[int], out_strides: list[int], in_strides: list[int]) -> list[int]:
     """``TensorIteratorBase::reorder_dimensions``: reduced dimensions first, then by stride."""
+
     def should_swap(d0: int, d1: int) -> int:
         for is_output, strides in ((True, out_strides), (False, in_strides)):
             s0, s1 = strides[d0], strides[d1]
@@ -171,7 +174,9 @@ def _coalesced(shape: list[int], operands: list[list[int]]) -> tuple[list[int], 
     shape, operands = list(shape), [list(o) for o in operands]
     prev = 0
     for dim in range(1, len(shape)):
-        mergeable = shape[prev] == 1 or shape[dim] == 1 or all(shape[prev] * o[prev] == o[dim] for o in operands)
+        mergeable = (
+            shape[prev] == 1 or shape[dim] == 1 or all(shape[prev] * o[prev] == o[dim] for o in operands)
+        )
         if mergeable:
             if shape[prev] == 1:
                 for o in operands:

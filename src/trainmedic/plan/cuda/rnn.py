@@ -28,10 +28,14 @@ RESERVE_BYTES_PER_UNIT = 22  # per time step x sample x hidden unit x layer x di
 RESERVE_EXTRA = 256
 WORKSPACE_BYTES_PER_UNIT = 33  # per time step x sample x hidden unit x direction, fp32
 WORKSPACE_EXTRA = 1280
+
+
 def note(mode: str) -> str:
     """What the plan says of an RNN it planned as cuDNN runs it."""
-    rates = (f"its reserve ({RESERVE_BYTES_PER_UNIT} B) and workspace ({WORKSPACE_BYTES_PER_UNIT} B per time step x sample x "
-             "hidden unit) at the rates measured on an H200 with cuDNN 9")
+    rates = (
+        f"its reserve ({RESERVE_BYTES_PER_UNIT} B) and workspace ({WORKSPACE_BYTES_PER_UNIT} B per time step x sample x "
+        "hidden unit) at the rates measured on an H200 with cuDNN 9"
+    )
     if mode != "lstm":
         rates += f" for an LSTM, scaled by its {GATES[mode]} gates to the LSTM's 4"
     return f"{mode.upper().replace('_', ' ')} planned as cuDNN runs it, with {rates}; other cards and cuDNN versions may differ"
@@ -50,7 +54,7 @@ def flatten_weights(model: torch.nn.Module) -> None:
         offset = 0
         with torch.no_grad():
             for w in weights:
-                w.data = buffer[offset:offset + w.numel()].view_as(w)
+                w.data = buffer[offset : offset + w.numel()].view_as(w)
                 offset += w.numel()
 
 
@@ -58,7 +62,9 @@ def flatten_weights(model: torch.nn.Module) -> None:
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
 
-def cudnn_rnn(mode: str, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+def cudnn_rnn(
+    mode: str, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
+):
     """``_VF.lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu``'s result with cuDNN's allocations:
     (output, h_n, c_n) for an LSTM, (output, h_n) for the others."""
     h_0, c_0 = (hx[0], hx[1]) if mode == "lstm" else (hx, None)
@@ -67,10 +73,14 @@ def cudnn_rnn(mode: str, input, hx, params, has_biases, num_layers, dropout, tra
     scale = input.element_size() / 4 * GATES[mode] / GATES["lstm"]
     steps, batch = (input.shape[1], input.shape[0]) if batch_first else (input.shape[0], input.shape[1])
     units = steps * batch * hidden * directions
-    reserve = int(RESERVE_BYTES_PER_UNIT * scale * units * num_layers) + RESERVE_EXTRA if train else 0  # inference keeps none
+    reserve = (
+        int(RESERVE_BYTES_PER_UNIT * scale * units * num_layers) + RESERVE_EXTRA if train else 0
+    )  # inference keeps none
     sizes = (reserve, int(WORKSPACE_BYTES_PER_UNIT * scale * units) + WORKSPACE_EXTRA)
     cell = c_0 if c_0 is not None else h_0.new_empty(0)
-    output, h_n, c_n = _CudnnRnn.apply(input, h_0, cell, sizes, batch_first, h_0.shape[-1] * directions, *params)
+    output, h_n, c_n = _CudnnRnn.apply(
+        input, h_0, cell, sizes, batch_first, h_0.shape[-1] * directions, *params
+    )
     return (output, h_n, c_n) if mode == "lstm" else (output, h_n)
 
 
@@ -107,7 +117,7 @@ class _CudnnRnn(torch.autograd.Function):
         del x
         grads, offset = [], 0
         for p in params:
-            grads.append(flat[offset:offset + p.numel()].view(p.shape))
+            grads.append(flat[offset : offset + p.numel()].view(p.shape))
             offset += p.numel()
         del grad_h_n, grad_c_n
         return ((dx.transpose(0, 1) if batch_first else dx), dh_0, dc_0, None, None, None, *grads)

@@ -142,7 +142,9 @@ class _Child:
             for f in traceback.extract_tb(tb)
         ]
         text = "".join(traceback.format_exception_only(kind, value))
-        self._atomic_write("exception.json", json.dumps({"type": kind.__name__, "text": text, "frames": frames}))
+        self._atomic_write(
+            "exception.json", json.dumps({"type": kind.__name__, "text": text, "frames": frames})
+        )
 
     # -- speed, and the resume check's kill point ------------------------------------------
 
@@ -212,7 +214,9 @@ def _format_stack(frame) -> list[str]:
     while frame is not None:
         frames.append(frame)
         frame = frame.f_back
-    return [f'  File "{f.f_code.co_filename}", line {f.f_lineno}, in {f.f_code.co_name}' for f in reversed(frames)]
+    return [
+        f'  File "{f.f_code.co_filename}", line {f.f_lineno}, in {f.f_code.co_name}' for f in reversed(frames)
+    ]
 
 
 def _load_configs_module(package_dir: str):

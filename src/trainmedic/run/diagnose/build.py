@@ -36,7 +36,9 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     # is a training step (a hand-written SGD update) and a step's threshold applies.
     per_sample = evidence == "loop" and not anchored
     min_ops = resolve.TINY_MIN_OPS_PER_ITERATION if per_sample else resolve.TINY_MIN_OPS
-    loops = resolve.tiny_loops(aggregate, n_steps, m.ops_by_function, m.census_steps, min_ops, waits=m.sync_waits)
+    loops = resolve.tiny_loops(
+        aggregate, n_steps, m.ops_by_function, m.census_steps, min_ops, waits=m.sync_waits
+    )
     costs = resolve.resolve(aggregate, anchored, loops, m.ops_by_function)
     # GPU runs: timed waits in sync calls, the counted ops' roofline (resolve.on_device).
     bound = intensity.judge(m.op_costs, m.device)
@@ -68,7 +70,10 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command)
 
     return _report(
-        m, command, run, evidence,
+        m,
+        command,
+        run,
+        evidence,
         steps=stats,
         breakdown=breakdown,
         bottleneck=bottleneck,
@@ -79,7 +84,9 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     )
 
 
-def _report(m: Measurements, command: list[str], run: RunOutcome, evidence: str, notes: list[str], **verdict) -> Report:
+def _report(
+    m: Measurements, command: list[str], run: RunOutcome, evidence: str, notes: list[str], **verdict
+) -> Report:
     """A Report: how the run went and what it ran on, with ``verdict``'s steps, breakdown and findings."""
     return Report(
         command=command,
@@ -104,7 +111,9 @@ def _evidence(m: Measurements, scope: str, run: RunOutcome) -> str:
     return "none" if failed else "whole run"
 
 
-def _without_steps(m: Measurements, command: list[str], run: RunOutcome, aggregate: Aggregate, evidence: str) -> Report:
+def _without_steps(
+    m: Measurements, command: list[str], run: RunOutcome, aggregate: Aggregate, evidence: str
+) -> Report:
     """No complete step: where the run's time went, in whole-run seconds, and no verdict.
 
     Shares of a run that never reached its training loop are shares of imports and set-up: a
@@ -117,10 +126,20 @@ def _without_steps(m: Measurements, command: list[str], run: RunOutcome, aggrega
     costs = resolve.resolve(everything, resolve.anchors_seen(everything), {}, m.ops_by_function)
     total = sum(c.seconds for c in costs)
     return _report(
-        m, command, run, evidence,
+        m,
+        command,
+        run,
+        evidence,
         # Steps counted but never sampled inside (a few sub-millisecond ones) keep their count.
-        steps=StepStats(count=m.steady_steps, median_s=0.0, p90_s=0.0, growth=1.0, warmup=len(m.warmup_durations),
-                        source=m.step_source, loop=m.loop if m.step_source == LOOP else None),
+        steps=StepStats(
+            count=m.steady_steps,
+            median_s=0.0,
+            p90_s=0.0,
+            growth=1.0,
+            warmup=len(m.warmup_durations),
+            source=m.step_source,
+            loop=m.loop if m.step_source == LOOP else None,
+        ),
         breakdown=_breakdown(costs, total),
         bottleneck=None,
         findings=[],
@@ -141,25 +160,31 @@ def _thin_notes(m: Measurements, run: RunOutcome, evidence: str) -> list[str]:
     if evidence == "none":
         how = {"interrupted": "was stopped", "exit": "exited"}.get(run.outcome, "failed")
         what = f" ({run.message})" if run.message else ""
-        notes = [(
-            f"The script {how} before its first step{what}, after {wall}: nothing was measured that a "
-            "verdict could rest on, so no bottleneck is named. The times below are of the whole run."
-        )]
+        notes = [
+            (
+                f"The script {how} before its first step{what}, after {wall}: nothing was measured that a "
+                "verdict could rest on, so no bottleneck is named. The times below are of the whole run."
+            )
+        ]
     elif m.step_source is not None:
         counted = len(m.warmup_durations) + m.steady_steps
-        notes = [(
-            f"{counted} step(s) were counted ({m.step_source}), too few and too short for the stack sampler "
-            f"(every {m.sampler_interval_s * 1e3:.0f} ms) to see inside one: no bottleneck is named, and the "
-            f"times below are of the whole run ({wall}). Let it run more steps."
-        )]
+        notes = [
+            (
+                f"{counted} step(s) were counted ({m.step_source}), too few and too short for the stack sampler "
+                f"(every {m.sampler_interval_s * 1e3:.0f} ms) to see inside one: no bottleneck is named, and the "
+                f"times below are of the whole run ({wall}). Let it run more steps."
+            )
+        ]
     else:
         why = f" ({m.loop_problem})" if m.loop_problem else ""
-        notes = [(
-            "No steps were detected (no optimizer.step(), Keras fit, DataLoader iteration or trainmedic.step()), "
-            f"and no loop held most of the run's time{why}: no bottleneck is named, and the times below are of "
-            f"the whole run ({wall}), not per step. Mark each step with `import trainmedic` and "
-            "`trainmedic.step()` at the end of the loop body."
-        )]
+        notes = [
+            (
+                "No steps were detected (no optimizer.step(), Keras fit, DataLoader iteration or trainmedic.step()), "
+                f"and no loop held most of the run's time{why}: no bottleneck is named, and the times below are of "
+                f"the whole run ({wall}), not per step. Mark each step with `import trainmedic` and "
+                "`trainmedic.step()` at the end of the loop body."
+            )
+        ]
     if m.max_steps is not None and m.step_source is None:
         notes.append(f"--steps {m.max_steps} could not stop the run: it never counted a step.")
     if m.samples:
@@ -214,40 +239,60 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
         ops = max((loop.ops_per_step for loop in loops.values()), default=0.0)
         growth = rising.ratio if rising else stats.growth
         ctx = Context(
-            where, seconds / n_steps, stats.median_s, m.device.kind, ops, growth, m.sources, function,
+            where,
+            seconds / n_steps,
+            stats.median_s,
+            m.device.kind,
+            ops,
+            growth,
+            m.sources,
+            function,
             step_source=m.step_source,
             loop=stats.loop,
             command=tuple(command),
         )
         advice = RULES[category](kind, ctx)
         unit = ctx.unit
-        evidence = [(
-            f"{share:.1%} of steady-state {unit} time "
-            f"({format_seconds(seconds / n_steps)} of a {format_seconds(stats.median_s)} median {unit})"
-        )]
+        evidence = [
+            (
+                f"{share:.1%} of steady-state {unit} time "
+                f"({format_seconds(seconds / n_steps)} of a {format_seconds(stats.median_s)} median {unit})"
+            )
+        ]
         if where is not None and pool.get(where) and len(pool) > 1:
             evidence.append(f"{pool[where] / seconds:.0%} of it at {where}")
         if category in _MODEL:
-            split = ", ".join(f"{phase} {value / seconds:.0%}" for phase, value in sorted(phases.items(), key=lambda kv: -kv[1]))
+            split = ", ".join(
+                f"{phase} {value / seconds:.0%}"
+                for phase, value in sorted(phases.items(), key=lambda kv: -kv[1])
+            )
             evidence.append(f"split: {split}")
         if category == TINY_OPS and loops:
             slowest = max(loops.values(), key=lambda loop: loop.ops_per_step)
-            evidence.append(f"{ops:,.0f} torch calls per {unit} at {slowest.seconds_per_op * 1e6:.1f} µs each")
-        evidence.extend(resolve.device_evidence(category, intensity.judge(m.op_costs, m.device), m.sync_waits, n_steps))
+            evidence.append(
+                f"{ops:,.0f} torch calls per {unit} at {slowest.seconds_per_op * 1e6:.1f} µs each"
+            )
+        evidence.extend(
+            resolve.device_evidence(category, intensity.judge(m.op_costs, m.device), m.sync_waits, n_steps)
+        )
         if grows:
-            evidence.append(f"{rising.measure} grew {rising.ratio:.2f}x from the first to the last quarter of the run")
-        findings.append(Finding(
-            category=category,
-            share=round(share, 4),
-            title=advice.title,
-            evidence="; ".join(evidence),
-            where=where,
-            fix=advice.fix,
-            expected_speedup=round(amdahl.expected_speedup(share, advice.factor), 2),
-            ceiling=round(amdahl.ceiling(share), 2),
-            kind=kind,
-            suggestion=advice.suggestion,
-        ))
+            evidence.append(
+                f"{rising.measure} grew {rising.ratio:.2f}x from the first to the last quarter of the run"
+            )
+        findings.append(
+            Finding(
+                category=category,
+                share=round(share, 4),
+                title=advice.title,
+                evidence="; ".join(evidence),
+                where=where,
+                fix=advice.fix,
+                expected_speedup=round(amdahl.expected_speedup(share, advice.factor), 2),
+                ceiling=round(amdahl.ceiling(share), 2),
+                kind=kind,
+                suggestion=advice.suggestion,
+            )
+        )
     findings.sort(key=lambda f: f.share, reverse=True)
     return findings
 
@@ -271,12 +316,17 @@ def _timeline(m: Measurements, mapping, breakdown) -> list[TimelinePoint]:
                     shares[category] += weight * fraction / sampled
         else:
             shares.update(breakdown)  # a step shorter than the sampling interval
-        points.append(TimelinePoint(index, round(duration, 6), {c: round(s * duration, 6) for c, s in shares.items()}))
+        points.append(
+            TimelinePoint(index, round(duration, 6), {c: round(s * duration, 6) for c, s in shares.items()})
+        )
     return points
 
 
-def _growing_category(timeline: list[TimelinePoint], rising: steps.Trend, cpu_by_step: dict[int, float]) -> str | None:
+def _growing_category(
+    timeline: list[TimelinePoint], rising: steps.Trend, cpu_by_step: dict[int, float]
+) -> str | None:
     """The category whose seconds per step grew most, on the clock that showed the trend."""
+
     def seconds(point: TimelinePoint, category: str) -> float:
         if rising.measure == "step time" or point.seconds <= 0:
             return point.categories[category]
@@ -297,7 +347,10 @@ def _lines(costs, total, n_steps) -> list[LineCost]:
         if cost.where is not None:
             merged[(cost.where, cost.category, cost.kind)] += cost.seconds
     top = sorted(merged.items(), key=lambda item: item[1], reverse=True)[:MAX_LINES]
-    return [LineCost(w, c, k, round(s / n_steps, 6), round(s / total, 4) if total else 0.0) for (w, c, k), s in top]
+    return [
+        LineCost(w, c, k, round(s / n_steps, 6), round(s / total, 4) if total else 0.0)
+        for (w, c, k), s in top
+    ]
 
 
 def _notes(m: Measurements, scope: str, anchored: bool, loops) -> list[str]:
@@ -309,7 +362,9 @@ def _notes(m: Measurements, scope: str, anchored: bool, loops) -> list[str]:
             "`trainmedic.step()` if they are something else."
         )
     elif scope == "warmup":
-        notes.append(f"Only {len(m.warmup_durations)} step(s) ran, all within warm-up: the breakdown covers warm-up steps.")
+        notes.append(
+            f"Only {len(m.warmup_durations)} step(s) ran, all within warm-up: the breakdown covers warm-up steps."
+        )
     else:
         notes.append(f"Steps marked by {m.step_source}; first {m.warmup} warm-up step(s) excluded.")
     if m.setup_s > 0:
@@ -325,7 +380,9 @@ def _notes(m: Measurements, scope: str, anchored: bool, loops) -> list[str]:
         ops = sum(m.ops_by_function.values()) / m.census_steps
         notes.append(f"Op census over {m.census_steps} warm-up step(s): {ops:,.0f} torch calls per step.")
     if m.steady_steps and not anchored:
-        notes.append("No forward, backward or optimizer step was seen inside steps: plain user code was classified by its torch op count.")
+        notes.append(
+            "No forward, backward or optimizer step was seen inside steps: plain user code was classified by its torch op count."
+        )
     if m.device.kind == "cuda":
         notes.append(
             "Each step boundary waits for the step's queued CUDA work, so asynchronous kernels are "

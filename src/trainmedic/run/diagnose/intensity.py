@@ -75,7 +75,10 @@ def judge(costs: OpCosts, device: DeviceInfo) -> Bound | None:
     if moved <= 0:
         return None
     cost = StepCost(
-        batch_size=1, precision=precision, flops=flops, bytes=moved,
+        batch_size=1,
+        precision=precision,
+        flops=flops,
+        bytes=moved,
         # n identical ops sit under the same roof as one op n times the size.
         ops=tuple((f * n / costs.steps, b * n / costs.steps) for (_, _, f, b), n in costs.ops.items()),
     )

@@ -18,8 +18,10 @@ def memory_notes(message: str | None, device: DeviceInfo) -> list[str]:
     device_kind, name = device.kind, device.name
     card = device.details.get("gpu_memory_bytes")
     peak = device.details.get("max_memory_allocated_bytes")
-    plan = f"`trainmedic plan model.py:build --device \"{name}\" --max-batch --headroom 0.1`" if device_kind == "cuda" else (
-        "`trainmedic plan model.py:build --device <gpu> --max-batch --headroom 0.1`"
+    plan = (
+        f'`trainmedic plan model.py:build --device "{name}" --max-batch --headroom 0.1`'
+        if device_kind == "cuda"
+        else ("`trainmedic plan model.py:build --device <gpu> --max-batch --headroom 0.1`")
     )
     notes = []
     if message and ("out of memory" in message.lower() or "OutOfMemoryError" in message):

@@ -77,7 +77,9 @@ def rank_payload(report: Report, m: Measurements, ended_at: float | None = None)
     }
 
 
-def merge(parts: dict[int, dict[str, Any]], world_size: int, command: list[str], exit_code: int | None = None) -> Report:
+def merge(
+    parts: dict[int, dict[str, Any]], world_size: int, command: list[str], exit_code: int | None = None
+) -> Report:
     """The job's report from its ranks' parts (see module docstring); missing ranks are named as dead."""
     reports: dict[int, Report] = {}
     rows: list[RankSummary] = []
@@ -120,7 +122,11 @@ def merge(parts: dict[int, dict[str, Any]], world_size: int, command: list[str],
         communication = _communication_finding(measured, kinds)
         if communication is not None:
             findings.insert(0, communication)
-    failed = [r for r in rows if r.outcome in (DIED, RUNNING) or (r.exit_code not in (0, None) and r.outcome != "interrupted")]
+    failed = [
+        r
+        for r in rows
+        if r.outcome in (DIED, RUNNING) or (r.exit_code not in (0, None) and r.outcome != "interrupted")
+    ]
     failed.sort(key=lambda r: (_blame(r, peer_lost), ended.get(r.rank, math.inf), r.rank))
     outcome, message, code = merged.outcome, merged.message, merged.exit_code
     if failed:
@@ -133,14 +139,24 @@ def merge(parts: dict[int, dict[str, Any]], world_size: int, command: list[str],
         code = exit_code
     notes = [_ranks_note(rows, world_size, base_rank, straggler is not None)] + list(merged.notes)
     if untimed:
-        notes.insert(1, (
-            f"not timed: {', '.join(untimed)} — on a GPU a collective completes on the device after the host has "
-            "moved on, so the waits column and the straggler verdict are left out; compare the ranks' step "
-            "breakdowns instead"
-        ))
+        notes.insert(
+            1,
+            (
+                f"not timed: {', '.join(untimed)} — on a GPU a collective completes on the device after the host has "
+                "moved on, so the waits column and the straggler verdict are left out; compare the ranks' step "
+                "breakdowns instead"
+            ),
+        )
     return dataclasses.replace(
-        merged, command=command, findings=findings, ranks=rows, straggler=straggler,
-        outcome=outcome, message=message, exit_code=code, notes=notes,
+        merged,
+        command=command,
+        findings=findings,
+        ranks=rows,
+        straggler=straggler,
+        outcome=outcome,
+        message=message,
+        exit_code=code,
+        notes=notes,
     )
 
 
@@ -148,7 +164,7 @@ def short_message(message: str | None, limit: int = 240) -> str | None:
     """A rank's error on one line: gloo and NCCL errors carry pages of C++ context."""
     if not message or ("\n" not in message and len(message) <= limit):
         return message
-    where = message[message.rfind(" (at "):] if message.rstrip().endswith(")") and " (at " in message else ""
+    where = message[message.rfind(" (at ") :] if message.rstrip().endswith(")") and " (at " in message else ""
     first = " ".join(message.split("\n", 1)[0].split())
     if len(first) > limit:
         first = first[: limit - 1] + "…"
@@ -173,10 +189,19 @@ def _summary(rank: int, part: dict[str, Any], report: Report, per: dict[str, flo
     who = part.get("identity", {})
     other = sum(s for c, s in per.items() if c not in (DATA, COMPUTE, SYNC))
     return RankSummary(
-        rank=rank, host=str(who.get("host", "")), pid=int(who.get("pid", 0)), outcome=report.outcome,
-        exit_code=report.exit_code, message=report.message, steps=report.steps.count,
-        median_s=report.steps.median_s, p90_s=report.steps.p90_s, data_s=per[DATA], wait_s=per[SYNC],
-        compute_s=per[COMPUTE], other_s=other,
+        rank=rank,
+        host=str(who.get("host", "")),
+        pid=int(who.get("pid", 0)),
+        outcome=report.outcome,
+        exit_code=report.exit_code,
+        message=report.message,
+        steps=report.steps.count,
+        median_s=report.steps.median_s,
+        p90_s=report.steps.p90_s,
+        data_s=per[DATA],
+        wait_s=per[SYNC],
+        compute_s=per[COMPUTE],
+        other_s=other,
         # Its own bottleneck once waiting for the others counts as sync, not as backward.
         bottleneck=max(CATEGORIES, key=lambda c: per[c]) if report.steps.median_s else report.bottleneck,
     )
@@ -196,27 +221,62 @@ def _missing(rank: int, part: dict[str, Any] | None, parts: dict[int, dict[str, 
     who = (part or {}).get("identity", {})
     pid = who.get("pid")
     if part is not None and who.get("host") == HOST and isinstance(pid, int) and pid_alive(pid):
-        return RankSummary(rank, HOST, pid, RUNNING, None,
-                           f"its process (pid {pid}) was still running when the reports were merged, "
-                           "e.g. blocked in a collective for a rank that had failed",
-                           0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "")
+        return RankSummary(
+            rank,
+            HOST,
+            pid,
+            RUNNING,
+            None,
+            f"its process (pid {pid}) was still running when the reports were merged, "
+            "e.g. blocked in a collective for a rank that had failed",
+            0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            "",
+        )
     if part is None:
         hosts = {p.get("identity", {}).get("host") for p in parts.values()}
-        message = ("no report from this rank reached this folder: it never started, or runs on another node "
-                   "(set TRAINMEDIC_RANKS_DIR to a folder every node shares)" if len(hosts) <= 1 else
-                   "no report from this rank: it never started")
+        message = (
+            "no report from this rank reached this folder: it never started, or runs on another node "
+            "(set TRAINMEDIC_RANKS_DIR to a folder every node shares)"
+            if len(hosts) <= 1
+            else "no report from this rank: it never started"
+        )
     else:
-        message = (f"its process (pid {who.get('pid')} on {who.get('host')}) ended without writing its report: "
-                   "killed by a signal (SIGKILL, the out-of-memory killer) or by torchrun")
-    return RankSummary(rank, str(who.get("host", "")), int(who.get("pid", 0) or 0), DIED, None, message,
-                       0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "")
+        message = (
+            f"its process (pid {who.get('pid')} on {who.get('host')}) ended without writing its report: "
+            "killed by a signal (SIGKILL, the out-of-memory killer) or by torchrun"
+        )
+    return RankSummary(
+        rank,
+        str(who.get("host", "")),
+        int(who.get("pid", 0) or 0),
+        DIED,
+        None,
+        message,
+        0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        "",
+    )
 
 
 # -- the straggler ----------------------------------------------------------------------------------
 
 
 def _straggler(
-    rows: dict[int, RankSummary], seconds: dict[int, dict[str, float]], reports: dict[int, Report], kinds: list[str]
+    rows: dict[int, RankSummary],
+    seconds: dict[int, dict[str, float]],
+    reports: dict[int, Report],
+    kinds: list[str],
 ) -> Straggler | None:
     if len(rows) < 2:
         return None
@@ -227,18 +287,24 @@ def _straggler(
     if others_wait - rows[rank].wait_s < max(STRAGGLER_SHARE * step, STRAGGLER_MIN_S):
         return None
     excess = {
-        c: seconds[rank][c] - statistics.median(seconds[o][c] for o in others) for c in CATEGORIES if c != SYNC
+        c: seconds[rank][c] - statistics.median(seconds[o][c] for o in others)
+        for c in CATEGORIES
+        if c != SYNC
     }
     cause = max(excess, key=lambda c: excess[c])
     where = next((line.where for line in reports[rank].lines if line.category == cause), None)
     waited_in = " and ".join(kinds) if kinds else "collectives"
     if excess[cause] > 0:
-        text = (f"rank {rank} is the straggler: it spends {format_seconds(excess[cause])} more per step on {cause} "
-                f"than the median other rank{f' ({where})' if where else ''}; the other ranks wait "
-                f"{format_seconds(others_wait)} per step for it in {waited_in}")
+        text = (
+            f"rank {rank} is the straggler: it spends {format_seconds(excess[cause])} more per step on {cause} "
+            f"than the median other rank{f' ({where})' if where else ''}; the other ranks wait "
+            f"{format_seconds(others_wait)} per step for it in {waited_in}"
+        )
     else:
-        text = (f"rank {rank} is the straggler: the other ranks wait {format_seconds(others_wait)} per step for it in "
-                f"{waited_in}, but no category of its step stands out (a slower node, or CPU contention)")
+        text = (
+            f"rank {rank} is the straggler: the other ranks wait {format_seconds(others_wait)} per step for it in "
+            f"{waited_in}, but no category of its step stands out (a slower node, or CPU contention)"
+        )
     return Straggler(rank, cause, max(excess[cause], 0.0), others_wait, where, text)
 
 
@@ -249,9 +315,15 @@ def _straggler_finding(s: Straggler, rows: dict[int, RankSummary]) -> Finding:
     saved = min(min(s.excess_s, s.others_wait_s) / step, 1.0) if step and s.excess_s > 0 else 0.0
     fix = _FIXES.get(s.cause, _OTHER_FIX).format(rank=s.rank, cause=s.cause)
     return Finding(
-        category=SYNC, kind="straggler", share=share, title=f"Rank {s.rank} holds the other ranks back",
-        evidence=s.text, where=s.where, fix=fix,
-        expected_speedup=amdahl.ceiling(saved), ceiling=amdahl.ceiling(share),
+        category=SYNC,
+        kind="straggler",
+        share=share,
+        title=f"Rank {s.rank} holds the other ranks back",
+        evidence=s.text,
+        where=s.where,
+        fix=fix,
+        expected_speedup=amdahl.ceiling(saved),
+        ceiling=amdahl.ceiling(share),
     )
 
 
@@ -262,29 +334,46 @@ def _communication_finding(rows: dict[int, RankSummary], kinds: list[str]) -> Fi
     share = statistics.median(shares)
     wait = statistics.median(r.wait_s for r in rows.values())
     return Finding(
-        category=SYNC, kind="collective", share=share,
+        category=SYNC,
+        kind="collective",
+        share=share,
         title="Every rank waits in collectives, none for a straggler",
-        evidence=(f"each rank waits {format_seconds(wait)} per step ({share:.0%}) in "
-                  f"{' and '.join(kinds) or 'collectives'}, with no rank the others wait for"),
+        evidence=(
+            f"each rank waits {format_seconds(wait)} per step ({share:.0%}) in "
+            f"{' and '.join(kinds) or 'collectives'}, with no rank the others wait for"
+        ),
         where=None,
-        fix=(f"all-reduce less often or less: accumulate gradients over {ACCUMULATION} micro-batches inside "
-             "model.no_sync(), a larger bucket_cap_mb, a bf16 compression hook "
-             "(ddp_comm_hooks.default_hooks.bf16_compress_hook), or a faster interconnect"),
-        expected_speedup=amdahl.expected_speedup(share, ACCUMULATION), ceiling=amdahl.ceiling(share),
+        fix=(
+            f"all-reduce less often or less: accumulate gradients over {ACCUMULATION} micro-batches inside "
+            "model.no_sync(), a larger bucket_cap_mb, a bf16 compression hook "
+            "(ddp_comm_hooks.default_hooks.bf16_compress_hook), or a faster interconnect"
+        ),
+        expected_speedup=amdahl.expected_speedup(share, ACCUMULATION),
+        ceiling=amdahl.ceiling(share),
     )
 
 
 # -- the merged report ------------------------------------------------------------------------------
 
 
-def _base(reports: dict[int, Report], rank: int | None, command: list[str], rows: list[RankSummary]) -> Report:
+def _base(
+    reports: dict[int, Report], rank: int | None, command: list[str], rows: list[RankSummary]
+) -> Report:
     if rank is not None:
-        return dataclasses.replace(reports[rank], findings=list(reports[rank].findings), breakdown=dict(reports[rank].breakdown))
+        return dataclasses.replace(
+            reports[rank], findings=list(reports[rank].findings), breakdown=dict(reports[rank].breakdown)
+        )
     # No rank lived to report: an empty report that still names every rank.
     return Report(
-        command=command, exit_code=1, outcome="exception", device=DeviceInfo("unknown", "unknown"),
-        steps=StepStats(0, 0.0, 0.0, 1.0), breakdown={c: 0.0 for c in CATEGORIES}, bottleneck=COMPUTE,
-        findings=[], message="no rank wrote its report",
+        command=command,
+        exit_code=1,
+        outcome="exception",
+        device=DeviceInfo("unknown", "unknown"),
+        steps=StepStats(0, 0.0, 0.0, 1.0),
+        breakdown={c: 0.0 for c in CATEGORIES},
+        bottleneck=COMPUTE,
+        findings=[],
+        message="no rank wrote its report",
     )
 
 
@@ -307,4 +396,6 @@ def _ranks_note(rows: list[RankSummary], world_size: int, base_rank: int | None,
     if base_rank is None:
         return text
     whose = f"the straggler's (rank {base_rank})" if straggling else f"rank {base_rank}'s"
-    return f"{text}; the breakdown, findings and lines above are {whose}, its collective waits counted as sync"
+    return (
+        f"{text}; the breakdown, findings and lines above are {whose}, its collective waits counted as sync"
+    )

@@ -65,7 +65,11 @@ def anchors_seen(aggregate: Aggregate) -> bool:
 
 
 def tiny_loops(
-    aggregate: Aggregate, steps: int, ops_by_function: dict[str, int], census_steps: int, min_ops: int = TINY_MIN_OPS,
+    aggregate: Aggregate,
+    steps: int,
+    ops_by_function: dict[str, int],
+    census_steps: int,
+    min_ops: int = TINY_MIN_OPS,
     waits: SyncWaits | None = None,
 ) -> dict[str, TinyLoop]:
     if not census_steps or not steps:

@@ -158,7 +158,11 @@ def _clauses(tokens: list[_Token]) -> list[tuple[str, list[_Token]]] | None:
         if token.depth == 0 and word in _SET_OPERATORS:
             return None
         # A FROM after WHERE is part of a condition (IS DISTINCT FROM), never a clause of its own.
-        if token.depth == 0 and word in _CLAUSES and not (word == "from" and clauses and clauses[-1][0] == "where"):
+        if (
+            token.depth == 0
+            and word in _CLAUSES
+            and not (word == "from" and clauses and clauses[-1][0] == "where")
+        ):
             if any(name == word for name, _ in clauses):
                 return None
             clauses.append((word, []))
@@ -177,13 +181,15 @@ def _clauses(tokens: list[_Token]) -> list[tuple[str, list[_Token]]] | None:
             words = [i for i, t in enumerate(body) if t.kind != "space"]
             if not words or body[words[0]].text.lower() != "by":
                 return None
-            body = body[words[0] + 1:]
+            body = body[words[0] + 1 :]
         out.append((name, body))
     return out
 
 
 def _has_limit(tokens: list[_Token]) -> bool:
-    return any(t.depth == 0 and t.kind == "word" and t.text.lower() in ("limit", "offset", "fetch") for t in tokens)
+    return any(
+        t.depth == 0 and t.kind == "word" and t.text.lower() in ("limit", "offset", "fetch") for t in tokens
+    )
 
 
 def _constants(query: Query) -> dict[Any, Any]:
@@ -245,13 +251,19 @@ def _conjuncts(body: list[_Token]) -> list[list[_Token]] | None:
     return [p for p in parts if any(t.kind != "space" for t in p)]
 
 
-def _where(body: list[_Token], varying: frozenset, consts: dict[Any, Any]) -> tuple[list[str], list[tuple[str, str]], str | None]:
+def _where(
+    body: list[_Token], varying: frozenset, consts: dict[Any, Any]
+) -> tuple[list[str], list[tuple[str, str]], str | None]:
     """(kept conditions, dropped (text, column) pairs, why it cannot be rewritten or None)."""
     conjuncts = _conjuncts(body)
     if conjuncts is None:
         if not any(t.kind == "param" and t.key in varying for t in body):
             kept = _render(body, consts)
-            return ([kept] if kept else []), [], None if kept is not None else "its WHERE clause has values that cannot be written into SQL"
+            return (
+                ([kept] if kept else []),
+                [],
+                None if kept is not None else "its WHERE clause has values that cannot be written into SQL",
+            )
         return [], [], "its WHERE clause combines a per-batch condition with OR"
     kept: list[str] = []
     dropped: list[tuple[str, str]] = []
@@ -283,7 +295,9 @@ def _show(tokens: list[_Token]) -> str:
     return re.sub(r"\(\s*\?(?:\s*,\s*\?)+\s*\)", "(...)", text)
 
 
-def _carried_filter(columns: list[str], clauses: list[tuple[str, list[_Token]]], others: tuple[Query, ...]) -> list[str]:
+def _carried_filter(
+    columns: list[str], clauses: list[tuple[str, list[_Token]]], others: tuple[Query, ...]
+) -> list[str]:
     """The fixed filter of the query that listed the ids a dropped selector picked from."""
     if not columns:
         return []
@@ -297,7 +311,9 @@ def _carried_filter(columns: list[str], clauses: list[tuple[str, list[_Token]]],
             continue
         parts = dict(parsed)
         selected = _render(parts.get("select", []), {})
-        if selected is None or selected.lower().replace("distinct ", "").strip() not in [c.lower() for c in columns]:
+        if selected is None or selected.lower().replace("distinct ", "").strip() not in [
+            c.lower() for c in columns
+        ]:
             continue
         if _render(parts.get("from", []), {}) != source or "where" not in parts:
             continue

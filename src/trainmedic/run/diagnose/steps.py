@@ -50,12 +50,13 @@ def quarters(values: list[float]) -> tuple[float, float]:
     return (sum(values[:quarter]) / quarter, sum(values[-quarter:]) / quarter)
 
 
-
 def quarter_medians(durations: list[float]) -> list[float]:
     if len(durations) < _MIN_STEPS_FOR_GROWTH:
         return []
     q = len(durations) // 4
-    return [statistics.median(durations[i * q:(i + 1) * q]) for i in range(3)] + [statistics.median(durations[-q:])]
+    return [statistics.median(durations[i * q : (i + 1) * q]) for i in range(3)] + [
+        statistics.median(durations[-q:])
+    ]
 
 
 @dataclass(frozen=True)

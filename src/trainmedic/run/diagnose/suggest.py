@@ -107,7 +107,9 @@ def _database(sources: Sources) -> _Call | None:
     if derived.text is None:
         call.kwargs.append(("query", _py("<fill in: one SELECT that returns every training row>")))
         call.placeholder = True
-        call.notes.append(f"Fill in query=: the per-batch query cannot be rewritten ({derived.problem}); it was: {_oneline(query.text)}")
+        call.notes.append(
+            f"Fill in query=: the per-batch query cannot be rewritten ({derived.problem}); it was: {_oneline(query.text)}"
+        )
         return call
     call.kwargs.append(("query", _py(derived.text)))
     if not derived.exact:
@@ -120,7 +122,9 @@ def _database(sources: Sources) -> _Call | None:
     if derived.carried:
         call.notes.append(f"Kept `{' AND '.join(derived.carried)}` from the query that listed the ids.")
     elif derived.selectors:
-        call.notes.append("If the ids came from a subset of the table (a split), add its condition as a WHERE clause.")
+        call.notes.append(
+            "If the ids came from a subset of the table (a split), add its condition as a WHERE clause."
+        )
     selected = list(query.columns)
     call.fields = tuple(c.name for c in selected)
     schema = []
@@ -132,14 +136,18 @@ def _database(sources: Sources) -> _Call | None:
             schema.append(f"{_py(column.name)}: {_py('<dtype>')}")
             call.placeholder = True
             call.notes.append(
-                f"Fill in the dtype of BLOB column {column.name!r} ({column.nbytes} bytes a row), e.g. \"float32\"."
+                f'Fill in the dtype of BLOB column {column.name!r} ({column.nbytes} bytes a row), e.g. "float32".'
             )
         else:
-            schema.append(f"{_py(column.name)}: ({_py(dtype)}, ({column.nbytes // np.dtype(dtype).itemsize},))")
+            schema.append(
+                f"{_py(column.name)}: ({_py(dtype)}, ({column.nbytes // np.dtype(dtype).itemsize},))"
+            )
     if schema:
         call.kwargs.append(("schema", "{" + ", ".join(schema) + "}"))
     elif not query.columns:
-        call.notes.append('A BLOB/bytea column needs schema={"name": ("float32", (n,))}: its dtype and shape.')
+        call.notes.append(
+            'A BLOB/bytea column needs schema={"name": ("float32", (n,))}: its dtype and shape.'
+        )
     return call
 
 
@@ -243,7 +251,7 @@ def _decoded_dtype(caller: str | None) -> str | None:
 def _arguments(text: str, start: int) -> list[str]:
     """The top-level arguments of the call whose ``(`` ends just before ``start``."""
     args, depth, current = [], 0, []
-    for char in text[start:start + 2000]:
+    for char in text[start : start + 2000]:
         if char in "([{":
             depth += 1
         elif char in ")]}":

@@ -98,4 +98,3 @@ def _framework_step(code: Any, globals_: dict) -> bool:
             or (module.startswith("keras.src.backend.") and module.endswith(".trainer"))
         )
     return known
-

@@ -80,7 +80,9 @@ class StepClock:
             duration = t - self.last_boundary_t if self.last_boundary_t is not None else 0.0
             if self.index >= self.steady_from:
                 self.durations.add(self.index, duration)
-                self.cpu_durations.add(self.index, cpu - (self.last_cpu_t if self.last_cpu_t is not None else cpu))
+                self.cpu_durations.add(
+                    self.index, cpu - (self.last_cpu_t if self.last_cpu_t is not None else cpu)
+                )
             else:
                 self.warmup_durations.append(duration)
             self.index += 1

@@ -32,9 +32,20 @@ from trainmedic.run.probe.patches import Patches
 
 #: The torch.distributed functions that block every rank until all have called them.
 COLLECTIVES = (
-    "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
-    "all_to_all_single", "barrier", "broadcast", "broadcast_object_list", "gather", "reduce",
-    "reduce_scatter", "reduce_scatter_tensor", "scatter",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
 )
 _MARK = "_trainmedic_timed"
 

@@ -46,7 +46,9 @@ def describe(nvml: NvmlSampler | None = None) -> DeviceInfo:
             gpu_memory_bytes=props.total_memory,
             max_memory_allocated_bytes=torch.cuda.max_memory_allocated(index),
         )
-        details["nvml"] = nvml.summary() if nvml is not None else {"available": False, "reason": "not started"}
+        details["nvml"] = (
+            nvml.summary() if nvml is not None else {"available": False, "reason": "not started"}
+        )
         return DeviceInfo("cuda", props.name, details)
     details["cuda"] = _why_no_cuda(torch)
     return DeviceInfo("cpu", details["cpu"], details)
@@ -56,7 +58,11 @@ def _why_no_cuda(torch: Any) -> str:
     if torch is None:
         return "not used: the script did not import torch"
     if not torch.cuda.is_available():
-        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda} build, no device visible"
+        build = (
+            "a CPU-only build"
+            if torch.version.cuda is None
+            else f"CUDA {torch.version.cuda} build, no device visible"
+        )
         return f"not available: torch {torch.__version__} is {build}; GPU categories (transfer, sync, memory_bandwidth) were not measured"
     return "available but not used by the script"
 
@@ -78,8 +84,16 @@ class NvmlSampler:
     Keeps running sums and extremes only, so memory does not grow with the run.
     """
 
-    FIELDS = ("util_gpu_pct", "util_mem_pct", "memory_used_bytes", "power_w", "sm_clock_mhz",
-              "pcie_tx_kbps", "pcie_rx_kbps", "pstate")
+    FIELDS = (
+        "util_gpu_pct",
+        "util_mem_pct",
+        "memory_used_bytes",
+        "power_w",
+        "sm_clock_mhz",
+        "pcie_tx_kbps",
+        "pcie_rx_kbps",
+        "pstate",
+    )
 
     def __init__(self, index: int = 0, interval: float = 0.5) -> None:
         self.index = index

@@ -159,7 +159,9 @@ class FrameClassifier:
         if info is None:
             filename = code.co_filename
             module = frame.f_globals.get("__name__") or ""
-            family = _FUNCTIONS.get((module, code.co_name)) or (_family(module) if isinstance(module, str) else None)
+            family = _FUNCTIONS.get((module, code.co_name)) or (
+                _family(module) if isinstance(module, str) else None
+            )
             if family == _LOADER_COPY and not self.cuda:
                 family = (DATA, "loader")  # no device to copy to: the module only gathers the batch
             is_user = family is None and filename in self._user
@@ -212,7 +214,9 @@ class FrameClassifier:
                     if kind == "loader" and user_frame is not None:
                         kind = "transform"  # the user's own __getitem__ runs inside the loader
                     # Keep the most specific data kind seen anywhere on the stack.
-                    if data_kind is None or _DATA_SPECIFICITY.get(data_kind, 9) < _DATA_SPECIFICITY.get(kind, 9):
+                    if data_kind is None or _DATA_SPECIFICITY.get(data_kind, 9) < _DATA_SPECIFICITY.get(
+                        kind, 9
+                    ):
                         data_kind = kind
                 elif decisive is None:
                     decisive = family  # the innermost non-data library says what the wait is
@@ -225,7 +229,9 @@ class FrameClassifier:
         if user_frame is not None:
             user_code = user_frame.f_code
             where = self.where(user_code.co_filename, user_frame.f_lineno or 0)
-        if user_code is not None and (data_kind in ("loader", "transform") or (data_kind is None and decisive is None)):
+        if user_code is not None and (
+            data_kind in ("loader", "transform") or (data_kind is None and decisive is None)
+        ):
             # The user's line is inside a C call (no frame of its own): its text is the witness.
             line = self.line_family(user_code.co_filename, user_frame.f_lineno or 0)
             if data_kind is None:
@@ -246,7 +252,9 @@ class FrameClassifier:
 def _family(module: str) -> tuple[str, str] | None:
     best: tuple[str, str, str] | None = None
     for prefix, category, kind in _LIBRARIES:
-        if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > len(best[0])):
+        if (module == prefix or module.startswith(prefix + ".")) and (
+            best is None or len(prefix) > len(best[0])
+        ):
             best = (prefix, category, kind)
     return None if best is None else (best[1], best[2])
 

@@ -136,7 +136,8 @@ class TorchHooks:
         # type() rather than isinstance(): isinstance reads __class__, which wakes lazy
         # module proxies (and their deprecation warnings) all over the heap.
         modules = [
-            m for m in gc.get_objects()
+            m
+            for m in gc.get_objects()
             if issubclass(type(m), module_type) and any(id(p) in params for p in m.parameters())
         ]
         children = {id(child) for m in modules for child in m.modules() if child is not m}

@@ -95,7 +95,9 @@ class LoopFinder:
                 code = frame.f_code
                 for site in self._sites_of(code):
                     if _inside(site, frame.f_lineno):
-                        found.append(Loop(code, site.line, self.classifier.where(code.co_filename, site.first)))
+                        found.append(
+                            Loop(code, site.line, self.classifier.where(code.co_filename, site.first))
+                        )
             frame = frame.f_back
         return tuple(found)
 
@@ -207,7 +209,9 @@ class LoopClock:
         if self.loop is not None or not self._armed or self._signal is None:
             return
         if signal.getsignal(self._signal) != self._on_signal:
-            self.problem = "the script replaced the signal handler the loop clock needs, so no loop could be timed"
+            self.problem = (
+                "the script replaced the signal handler the loop clock needs, so no loop could be timed"
+            )
             return
         self.loop = loop
         signal.pthread_kill(self._thread.ident, self._signal)

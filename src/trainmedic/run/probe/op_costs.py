@@ -125,7 +125,12 @@ def _precision(torch: Any, func: Any, args: tuple) -> str:
         if isinstance(arg, torch.Tensor) and arg.is_floating_point():
             dtype = arg.dtype
             break
-        if isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], torch.Tensor) and arg[0].is_floating_point():
+        if (
+            isinstance(arg, (list, tuple))
+            and arg
+            and isinstance(arg[0], torch.Tensor)
+            and arg[0].is_floating_point()
+        ):
             dtype = arg[0].dtype
             break
     if dtype is torch.bfloat16:

@@ -54,7 +54,15 @@ class QueryStats:
                 self.varying.update(i for i, (a, b) in enumerate(zip(first, params)) if a != b)
 
     def freeze(self) -> Query:
-        return Query(self.text, self.count, self.params, frozenset(self.varying), self.lifted, self.caller, self.columns)
+        return Query(
+            self.text,
+            self.count,
+            self.params,
+            frozenset(self.varying),
+            self.lifted,
+            self.caller,
+            self.columns,
+        )
 
 
 class DatabaseStats:
@@ -91,7 +99,12 @@ class DatabaseStats:
                     return
                 stats = self.queries[sql] = QueryStats(sql, params, lifted, user_caller())
         stats.note(params)
-        if stats.count == 2 and self.sqlite_path is not None and not stats.columns and _SELECT.match(stats.text):
+        if (
+            stats.count == 2
+            and self.sqlite_path is not None
+            and not stats.columns
+            and _SELECT.match(stats.text)
+        ):
             stats.columns = peek_sqlite(self.sqlite_path, stats.text, stats.params)
 
 
@@ -138,8 +151,10 @@ def peek_sqlite(path: str, sql: str, params: Any) -> tuple[Column, ...]:
         conn.close()
     if row is None:
         return ()
-    return tuple(Column(name, _kind(value), len(value) if isinstance(value, (bytes, bytearray, memoryview)) else 0)
-                 for name, value in zip(names, row))
+    return tuple(
+        Column(name, _kind(value), len(value) if isinstance(value, (bytes, bytearray, memoryview)) else 0)
+        for name, value in zip(names, row)
+    )
 
 
 def _kind(value: Any) -> str:

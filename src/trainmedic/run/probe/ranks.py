@@ -52,7 +52,10 @@ class RankIdentity:
         if world < 1 or not 0 <= rank < world or (world == 1 and PARTS_ENV not in env):
             return None
         local = env.get("LOCAL_RANK", "")
-        run_id = env.get("TORCHELASTIC_RUN_ID") or f"{env.get('MASTER_ADDR', 'local')}-{env.get('MASTER_PORT', '0')}"
+        run_id = (
+            env.get("TORCHELASTIC_RUN_ID")
+            or f"{env.get('MASTER_ADDR', 'local')}-{env.get('MASTER_PORT', '0')}"
+        )
         restart = env.get("TORCHELASTIC_RESTART_COUNT", "0")
         if restart not in ("", "0"):  # torchrun --max-restarts: each attempt its own report
             run_id = f"{run_id}-restart{restart}"
@@ -72,7 +75,9 @@ def part_path(folder: Path, rank: int) -> Path:
     return folder / f"rank-{rank:05d}.json"
 
 
-def write_part(folder: Path, identity: RankIdentity, state: str, payload: dict[str, Any] | None = None) -> Path:
+def write_part(
+    folder: Path, identity: RankIdentity, state: str, payload: dict[str, Any] | None = None
+) -> Path:
     """Write this rank's part atomically: readers see the old part or the new one, never half."""
     body = {"format": FORMAT, "state": state, "identity": asdict(identity), **(payload or {})}
     return write_text_atomically(part_path(folder, identity.rank), json.dumps(body, allow_nan=False) + "\n")

@@ -144,7 +144,9 @@ def check_script(path: str) -> Path:
     if script.is_dir():
         if (script / "__main__.py").is_file():
             return script
-        raise NotPythonError(f"{path!r} is a directory without __main__.py; pass the training script inside it")
+        raise NotPythonError(
+            f"{path!r} is a directory without __main__.py; pass the training script inside it"
+        )
     hint = _NOT_PYTHON_HINTS.get(script.suffix.lower())
     raw = script.read_bytes()
     if hint is None and (b"\x00" in raw[:4096]):
@@ -154,7 +156,9 @@ def check_script(path: str) -> Path:
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise NotPythonError(f"{path!r} is not a Python script: it is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise NotPythonError(
+            f"{path!r} is not a Python script: it is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
     return script
 
 
@@ -197,7 +201,11 @@ def run(target: str, args: list[str], module: bool = False) -> RunOutcome:
         code = _exit_code(exc.code)
         where = _user_line(exc)
         # argparse's exit on a bad argument happens deep in argparse: the user's call is the line.
-        message = None if code == 0 else f"the script called sys.exit({exc.code!r})" + (f" (at {where})" if where else "")
+        message = (
+            None
+            if code == 0
+            else f"the script called sys.exit({exc.code!r})" + (f" (at {where})" if where else "")
+        )
         return RunOutcome(code, "exit", message)
     except KeyboardInterrupt:
         return interrupted()
@@ -236,7 +244,11 @@ def _user_traceback(exc: BaseException) -> str:
 
 
 def _is_ours(filename: str) -> bool:
-    return filename == __file__ or filename.endswith(os.path.join("", "runpy.py")) or filename.startswith("<frozen runpy")
+    return (
+        filename == __file__
+        or filename.endswith(os.path.join("", "runpy.py"))
+        or filename.startswith("<frozen runpy")
+    )
 
 
 def _one_line(exc: BaseException) -> str:

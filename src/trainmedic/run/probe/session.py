@@ -158,7 +158,9 @@ class WatchSession:
         if not old.started:
             return
         old.stop()
-        self.census = OpCensus(self.classifier, start_step=old.start_step, steps=old.end_step - old.start_step)
+        self.census = OpCensus(
+            self.classifier, start_step=old.start_step, steps=old.end_step - old.start_step
+        )
         if old.costs is not None:
             self.census.costs = OpCostCounter()
 

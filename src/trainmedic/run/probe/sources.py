@@ -115,7 +115,9 @@ class SourceRecorder:
     def snapshot(self, model_batch: int | None = None) -> Sources:
         databases = []
         for db in self._databases.values():
-            queries = tuple(q.freeze() for q in sorted(db.queries.values(), key=lambda q: q.count, reverse=True))
+            queries = tuple(
+                q.freeze() for q in sorted(db.queries.values(), key=lambda q: q.count, reverse=True)
+            )
             if db.connects or queries:
                 databases.append(Database(db.url, db.connects, queries, db.via))
         hdf5 = tuple(
@@ -144,7 +146,12 @@ class SourceRecorder:
 
         def connect(*args: Any, **kwargs: Any) -> Any:
             recorder = _active
-            if recorder is None or len(args) > 5 or "factory" in kwargs or _called_from(("trainmedic.data", "sqlalchemy")):
+            if (
+                recorder is None
+                or len(args) > 5
+                or "factory" in kwargs
+                or _called_from(("trainmedic.data", "sqlalchemy"))
+            ):
                 return original(*args, **kwargs)  # SQLAlchemy's engines are recorded by its own event
             conn = original(*args, factory=_RecordingConnection, **kwargs)
             database = args[0] if args else kwargs.get("database")
@@ -162,7 +169,11 @@ class SourceRecorder:
             text = os.fsdecode(database)
             if not uri and text and text != ":memory:":
                 path = os.path.abspath(text)
-        url = f"sqlite:///{path}" if path is not None else f"sqlite:///{os.fsdecode(database) if isinstance(database, (str, bytes, os.PathLike)) else ':memory:'}"
+        url = (
+            f"sqlite:///{path}"
+            if path is not None
+            else f"sqlite:///{os.fsdecode(database) if isinstance(database, (str, bytes, os.PathLike)) else ':memory:'}"
+        )
         db = self._databases.get(url)
         if db is None:
             db = self._databases[url] = DatabaseStats(url, "sqlite3", path)
@@ -174,7 +185,11 @@ class SourceRecorder:
 
         def load(file: Any, *args: Any, **kwargs: Any) -> Any:
             value = original(file, *args, **kwargs)
-            if _active is not None and isinstance(file, (str, os.PathLike)) and not _called_from(("trainmedic.data",)):
+            if (
+                _active is not None
+                and isinstance(file, (str, os.PathLike))
+                and not _called_from(("trainmedic.data",))
+            ):
                 mapped = bool(kwargs.get("mmap_mode") or (args[0] if args else None))
                 _active._note_file(_active._numpy, os.path.abspath(os.fspath(file)), mapped)
             return value
@@ -198,7 +213,11 @@ class SourceRecorder:
         def opener(*args: Any, **kwargs: Any) -> Any:
             value = original(*args, **kwargs)
             store = args[0] if args else kwargs.get("store")
-            if _active is not None and isinstance(store, (str, os.PathLike)) and not _called_from(("trainmedic.data",)):
+            if (
+                _active is not None
+                and isinstance(store, (str, os.PathLike))
+                and not _called_from(("trainmedic.data",))
+            ):
                 text = os.fspath(store)
                 _active._note_file(_active._zarr, text if "://" in text else os.path.abspath(text), False)
             return value
@@ -214,7 +233,11 @@ class SourceRecorder:
             file_init(f, *args, **kwargs)
             name = args[0] if args else kwargs.get("name")
             # h5py itself builds File objects from open ids (``obj.file``): only paths are opens.
-            if _active is not None and isinstance(name, (str, bytes, os.PathLike)) and not _called_from(("trainmedic.data",)):
+            if (
+                _active is not None
+                and isinstance(name, (str, bytes, os.PathLike))
+                and not _called_from(("trainmedic.data",))
+            ):
                 _active._hdf5_opened(f)
 
         def __getitem__(group: Any, name: Any) -> Any:
@@ -258,7 +281,9 @@ class SourceRecorder:
 
         engines = self._engines
 
-        def before_cursor_execute(conn: Any, cursor: Any, statement: Any, parameters: Any, context: Any, executemany: bool) -> None:
+        def before_cursor_execute(
+            conn: Any, cursor: Any, statement: Any, parameters: Any, context: Any, executemany: bool
+        ) -> None:
             if not executemany:
                 db = engines.get(id(conn.engine))
                 if db is not None:
@@ -271,7 +296,12 @@ class SourceRecorder:
     def _engine_created(self, engine: Any) -> None:
         url = engine.url
         sqlite_path = None
-        if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:" and not url.database.startswith("file:"):
+        if (
+            url.get_backend_name() == "sqlite"
+            and url.database
+            and url.database != ":memory:"
+            and not url.database.startswith("file:")
+        ):
             sqlite_path = os.path.abspath(url.database)
             text = f"sqlite:///{sqlite_path}"
         else:
@@ -307,8 +337,13 @@ class SourceRecorder:
         except TypeError:
             length = None
         kind = type(dataset)
-        use = DatasetUse(f"{kind.__module__}.{kind.__qualname__}", _name_of(dataset), batch_size,
-                         int(loader.num_workers or 0), length)
+        use = DatasetUse(
+            f"{kind.__module__}.{kind.__qualname__}",
+            _name_of(dataset),
+            batch_size,
+            int(loader.num_workers or 0),
+            length,
+        )
         if use not in self._datasets and len(self._datasets) < MAX_FILES:
             self._datasets.append(use)
 
@@ -318,7 +353,9 @@ class SourceRecorder:
         def load(source: Any, *args: Any, **kwargs: Any) -> Any:
             loader = original(source, *args, **kwargs)
             if _active is not None and len(_active._loaders) < MAX_FILES:
-                _active._loaders.append(LoaderUse(_describe(source), loader.tier, loader.batch_size, str(loader.device)))
+                _active._loaders.append(
+                    LoaderUse(_describe(source), loader.tier, loader.batch_size, str(loader.device))
+                )
             return loader
 
         self._patch(module, "load", load)

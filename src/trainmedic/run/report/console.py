@@ -41,7 +41,11 @@ def build(report: Report) -> Group:
     if report.ranks:
         parts += [Text(""), _ranks(report)]
     if report.findings:
-        parts += [Text(""), Text("Findings", style="bold"), *[_finding(i, f) for i, f in enumerate(report.findings, 1)]]
+        parts += [
+            Text(""),
+            Text("Findings", style="bold"),
+            *[_finding(i, f) for i, f in enumerate(report.findings, 1)],
+        ]
     if report.lines:
         parts += [Text(""), _lines(report)]
     if report.notes:
@@ -61,16 +65,25 @@ def _header(report: Report) -> Text:
     text.append(f"\ndevice:  {report.device.kind} · {report.device.name}\n")
     if not report.per_step:
         counted = s.count + s.warmup
-        text.append(f"steps:   {counted} counted, too short to see inside" if counted else "steps:   none", style="bold")
+        text.append(
+            f"steps:   {counted} counted, too short to see inside" if counted else "steps:   none",
+            style="bold",
+        )
         text.append(f" · {_NO_VERDICT[report.evidence]}\n", style="yellow")
         text.append(f"wall:    {report.wall_s:.2f} s")
         return text
     if report.evidence == "loop":
-        text.append(f"steps:   {s.count} iterations of the loop at {s.loop} + {s.warmup} warm-up (no step was marked)\n")
+        text.append(
+            f"steps:   {s.count} iterations of the loop at {s.loop} + {s.warmup} warm-up (no step was marked)\n"
+        )
     else:
-        text.append(f"steps:   {s.count} steady-state + {s.warmup} warm-up, marked by {s.source or 'nothing'}\n")
+        text.append(
+            f"steps:   {s.count} steady-state + {s.warmup} warm-up, marked by {s.source or 'nothing'}\n"
+        )
     unit = _unit(report)
-    text.append(f"{unit + ':':<8} median {format_seconds(s.median_s)} · p90 {format_seconds(s.p90_s)} · growth {s.growth:.2f}x")
+    text.append(
+        f"{unit + ':':<8} median {format_seconds(s.median_s)} · p90 {format_seconds(s.p90_s)} · growth {s.growth:.2f}x"
+    )
     if s.cpu_growth is not None and s.count:
         text.append(f" (CPU time per {unit} {s.cpu_growth:.2f}x)")
     text.append(f"\nwall:    {report.wall_s:.2f} s, of which set-up {report.setup_s:.2f} s")
@@ -89,7 +102,11 @@ def _unit(report: Report) -> str:
 
 
 def _breakdown(report: Report) -> Table:
-    title = f"Where steady-state {_unit(report)} time goes" if report.per_step else "Where the whole run's time went"
+    title = (
+        f"Where steady-state {_unit(report)} time goes"
+        if report.per_step
+        else "Where the whole run's time went"
+    )
     table = Table(title=title, title_justify="left", box=None, show_header=False, pad_edge=False)
     table.add_column("category", min_width=17)
     table.add_column("bar", width=_BAR_WIDTH + 1, no_wrap=True)
@@ -109,10 +126,22 @@ def _ranks(report: Report) -> Group:
     hosts = len({r.host for r in report.ranks}) > 1
     outcomes = any(r.outcome != "completed" for r in report.ranks)
     table = Table(title="Ranks (per steady-state step)", title_justify="left", box=None, pad_edge=False)
-    names = ["rank", *(["host"] if hosts else []), *(["outcome"] if outcomes else []),
-             "steps", "median", "data", "compute", "waits", "other", "bottleneck"]
+    names = [
+        "rank",
+        *(["host"] if hosts else []),
+        *(["outcome"] if outcomes else []),
+        "steps",
+        "median",
+        "data",
+        "compute",
+        "waits",
+        "other",
+        "bottleneck",
+    ]
     for name in names:
-        table.add_column(name, justify="left" if name in ("host", "outcome", "bottleneck") else "right", no_wrap=True)
+        table.add_column(
+            name, justify="left" if name in ("host", "outcome", "bottleneck") else "right", no_wrap=True
+        )
     straggler = report.straggler.rank if report.straggler else None
     for r in report.ranks:
         head = [str(r.rank), *([r.host] if hosts else [])]
@@ -121,21 +150,28 @@ def _ranks(report: Report) -> Group:
             continue
         cells = [format_seconds(x) for x in (r.median_s, r.data_s, r.compute_s, r.wait_s, r.other_s)]
         # A rank with too little evidence of its own names no bottleneck.
-        mark = Text((r.bottleneck or "—") + (" ◀ straggler" if r.rank == straggler else ""),
-                    style="bold" if r.rank == straggler else "")
+        mark = Text(
+            (r.bottleneck or "—") + (" ◀ straggler" if r.rank == straggler else ""),
+            style="bold" if r.rank == straggler else "",
+        )
         table.add_row(*head, *([r.outcome] if outcomes else []), str(r.steps), *cells, mark)
     lines = [table]
     if report.straggler is not None:
         lines.append(Text(report.straggler.text, style="bold"))
     for r in report.ranks:
-        if r.outcome in ("died", "running") or (r.message and r.exit_code not in (0, None) and r.outcome != "interrupted"):
+        if r.outcome in ("died", "running") or (
+            r.message and r.exit_code not in (0, None) and r.outcome != "interrupted"
+        ):
             lines.append(Text(f"rank {r.rank}: {r.message}", style="red"))
     return Group(*lines)
 
 
 def _finding(rank: int, f: Finding) -> Group:
     head = Text()
-    head.append(f"{rank}. [{f.category}{'/' + f.kind if f.kind else ''}] {f.share:.1%}  ", style=STYLES.get(f.category, ""))
+    head.append(
+        f"{rank}. [{f.category}{'/' + f.kind if f.kind else ''}] {f.share:.1%}  ",
+        style=STYLES.get(f.category, ""),
+    )
     head.append(f.title, style="bold")
     body = Table.grid(padding=(0, 1))
     body.add_column(width=9, style="dim")
@@ -152,8 +188,12 @@ def _finding(rank: int, f: Finding) -> Group:
 
 def _lines(report: Report) -> Table:
     per = f"per {_unit(report)}" if report.per_step else "whole run"
-    table = Table(title=f"Your lines by time {'per ' + _unit(report) if report.per_step else 'over the whole run'}",
-                  title_justify="left", box=None, pad_edge=False)
+    table = Table(
+        title=f"Your lines by time {'per ' + _unit(report) if report.per_step else 'over the whole run'}",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
     table.add_column("where", overflow="fold")
     table.add_column("category")
     table.add_column(per, justify="right")

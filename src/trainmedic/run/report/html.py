@@ -77,11 +77,21 @@ def render_html(report: Report) -> str:
     """The whole report as one HTML document (a string; nothing is written or printed)."""
     cmd = shlex.join(report.command) if report.command else "(no command)"
     tone = _tone(report)
-    message = f'<section class="message {tone}-edge">{esc(report.message)}</section>' if report.message else ""
+    message = (
+        f'<section class="message {tone}-edge">{esc(report.message)}</section>' if report.message else ""
+    )
     body = "".join(
-        [_header(report, cmd), message, _breakdown(report), _ranks(report), _timeline(report), _findings(report.findings),
-         _lines(report), _notes(report.notes),
-         f"<footer>trainmedic {esc(report.version or '')} · schema trainmedic.report/1</footer>"]
+        [
+            _header(report, cmd),
+            message,
+            _breakdown(report),
+            _ranks(report),
+            _timeline(report),
+            _findings(report.findings),
+            _lines(report),
+            _notes(report.notes),
+            f"<footer>trainmedic {esc(report.version or '')} · schema trainmedic.report/1</footer>",
+        ]
     )
     return page(f"trainmedic report: {cmd}", BASE_CSS, body)
 
@@ -125,8 +135,10 @@ def _header(r: Report, cmd: str) -> str:
     # A step that slows down over the run (a leak, a growing pool) deserves a second look.
     ratios = [g for g in (s.growth, s.cpu_growth) if g is not None and _finite(g)]
     hot = {"growth last/first quarter"} if s.count and ratios and max(ratios) > 1.2 else set()
-    dl = "".join(f'<div><dt>{esc(k)}</dt><dd class="{"growing" if k in hot else ""}">{esc(v)}</dd></div>'
-                 for k, v in facts)
+    dl = "".join(
+        f'<div><dt>{esc(k)}</dt><dd class="{"growing" if k in hot else ""}">{esc(v)}</dd></div>'
+        for k, v in facts
+    )
     return (
         f'<header><h1>trainmedic report<span class="badge {tone}">{esc(r.outcome)} · exit {r.exit_code}'
         f'</span></h1><code class="cmd">$ {esc(cmd)}</code><dl class="facts">{dl}</dl></header>'
@@ -144,18 +156,26 @@ def _breakdown(r: Report) -> str:
         if bw <= 0:
             continue
         tip = f"{c}: {_pct(shares[c])} of step time"
-        parts.append(f'<rect class="bar seg-{c}" x="{x:.2f}" y="0" width="{bw:.2f}" height="{h}" '
-                     f'fill="{COLORS[c]}"><title>{esc(tip)}</title></rect>')
+        parts.append(
+            f'<rect class="bar seg-{c}" x="{x:.2f}" y="0" width="{bw:.2f}" height="{h}" '
+            f'fill="{COLORS[c]}"><title>{esc(tip)}</title></rect>'
+        )
         label = f"{c} {_pct(shares[c])}" if bw >= 8 * (len(c) + 7) else _pct(shares[c]) if bw >= 44 else ""
         if label:
-            parts.append(f'<text x="{x + bw / 2:.1f}" y="{h / 2 + 5}" text-anchor="middle" '
-                         f'style="fill:{_ink(COLORS[c])};font-weight:600">{esc(label)}</text>')
+            parts.append(
+                f'<text x="{x + bw / 2:.1f}" y="{h / 2 + 5}" text-anchor="middle" '
+                f'style="fill:{_ink(COLORS[c])};font-weight:600">{esc(label)}</text>'
+            )
         x += bw
     if not parts:
-        parts.append(f'<rect x="0" y="0" width="{w}" height="{h}" fill="#f1f3f5"/><text x="{w / 2}" '
-                     f'y="{h / 2 + 5}" text-anchor="middle">no steady-state time was measured</text>')
-    svg = (f'<svg id="breakdown-chart" viewBox="0 0 {w} {h}" role="img" '
-           f'aria-label="steady-state time by category">{"".join(parts)}</svg>')
+        parts.append(
+            f'<rect x="0" y="0" width="{w}" height="{h}" fill="#f1f3f5"/><text x="{w / 2}" '
+            f'y="{h / 2 + 5}" text-anchor="middle">no steady-state time was measured</text>'
+        )
+    svg = (
+        f'<svg id="breakdown-chart" viewBox="0 0 {w} {h}" role="img" '
+        f'aria-label="steady-state time by category">{"".join(parts)}</svg>'
+    )
     legend = "".join(
         f'<li class="{"" if shares[c] > 0 else "zero"}" title="{esc(DESCRIPTIONS.get(c, ""))}">'
         f'<span class="sw" style="background:{COLORS[c]}"></span>{esc(c)} <b>{_pct(shares[c])}</b></li>'
@@ -163,21 +183,30 @@ def _breakdown(r: Report) -> str:
     )
     b = r.bottleneck
     if not r.per_step:
-        why = ("the script ended before its first step" if r.evidence == "none"
-               else "no step was measured; the shares are of the whole run")
+        why = (
+            "the script ended before its first step"
+            if r.evidence == "none"
+            else "no step was measured; the shares are of the whole run"
+        )
         head = f'<p class="bottleneck">Bottleneck: none named<span class="desc">{esc(why)}</span></p>'
-        return (f"<section><h2>Where the run's time went</h2>{head}{svg}"
-                f'<ul class="legend" id="breakdown-legend">{legend}</ul></section>')
+        return (
+            f"<section><h2>Where the run's time went</h2>{head}{svg}"
+            f'<ul class="legend" id="breakdown-legend">{legend}</ul></section>'
+        )
     if b and total > 0:
         share = shares.get(b, r.breakdown.get(b, 0.0))
         ink = _readable(COLORS.get(b, "#1f2933"))
-        head = (f'<p class="bottleneck">Bottleneck: <strong style="color:{ink}">'
-                f'{esc(b)}</strong> — {_pct(share)} of steady-state step time'
-                f'<span class="desc">{esc(DESCRIPTIONS.get(b, ""))}</span></p>')
+        head = (
+            f'<p class="bottleneck">Bottleneck: <strong style="color:{ink}">'
+            f"{esc(b)}</strong> — {_pct(share)} of steady-state step time"
+            f'<span class="desc">{esc(DESCRIPTIONS.get(b, ""))}</span></p>'
+        )
     else:
         head = '<p class="bottleneck">Bottleneck: none measured</p>'
-    return (f"<section><h2>Where a step's time goes</h2>{head}{svg}"
-            f'<ul class="legend" id="breakdown-legend">{legend}</ul></section>')
+    return (
+        f"<section><h2>Where a step's time goes</h2>{head}{svg}"
+        f'<ul class="legend" id="breakdown-legend">{legend}</ul></section>'
+    )
 
 
 def _bins(points: list[TimelinePoint]) -> tuple[list[tuple[int, int, float, dict[str, float]]], int]:
@@ -185,7 +214,7 @@ def _bins(points: list[TimelinePoint]) -> tuple[list[tuple[int, int, float, dict
     size = max(1, math.ceil(len(points) / MAX_BARS))
     out = []
     for i in range(0, len(points), size):
-        chunk = points[i:i + size]
+        chunk = points[i : i + size]
         n = len(chunk)
         cats = {c: sum(p.categories.get(c, 0.0) for p in chunk) / n for c in CATEGORIES}
         out.append((chunk[0].step, chunk[-1].step, sum(p.seconds for p in chunk) / n, cats))
@@ -195,8 +224,10 @@ def _bins(points: list[TimelinePoint]) -> tuple[list[tuple[int, int, float, dict
 def _timeline(r: Report) -> str:
     head = "<section><h2>Step timeline</h2>"
     if not r.timeline:
-        return (head + '<p class="note" id="timeline-empty">No steady-state steps were measured, '
-                'so there is no timeline.</p></section>')
+        return (
+            head + '<p class="note" id="timeline-empty">No steady-state steps were measured, '
+            "so there is no timeline.</p></section>"
+        )
     bins, size = _bins(r.timeline)
     w, h, left, right, top, bottom = 1000, 320, 70, 84, 14, 46
     pw, ph = w - left - right, h - top - bottom
@@ -208,8 +239,10 @@ def _timeline(r: Report) -> str:
     k = 0.0
     while k <= ymax + tick / 2:
         y = ys(k)
-        out.append(f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e7eb"/>'
-                   f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{_num(k / div)} {unit}</text>')
+        out.append(
+            f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e7eb"/>'
+            f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{_num(k / div)} {unit}</text>'
+        )
         k += tick
     slot = pw / len(bins)
     bw = min(slot * (0.8 if slot >= 4 else 1.0), 48.0)
@@ -226,8 +259,10 @@ def _timeline(r: Report) -> str:
             y1, y0 = ys(base + v), ys(base)
             base += v
             used.add(c)
-            rects.append(f'<rect class="bar seg-{c}" x="{x:.2f}" y="{y1:.2f}" width="{bw:.2f}" '
-                         f'height="{max(y0 - y1, 0.0):.2f}" fill="{col}"/>')
+            rects.append(
+                f'<rect class="bar seg-{c}" x="{x:.2f}" y="{y1:.2f}" width="{bw:.2f}" '
+                f'height="{max(y0 - y1, 0.0):.2f}" fill="{col}"/>'
+            )
         label = f"step {lo}" if lo == hi else f"steps {lo}–{hi} (mean)"
         tip = f"{label}: {_dur(secs)}" + "".join(f"\n{c}: {_dur(v)}" for c, v, _ in segs)
         out.append(f'<g class="col"><title>{esc(tip)}</title>{"".join(rects)}</g>')
@@ -235,33 +270,49 @@ def _timeline(r: Report) -> str:
     for t in range(n_ticks):
         i = round(t * (len(bins) - 1) / (n_ticks - 1)) if n_ticks > 1 else 0
         x = left + (i + 0.5) * slot
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top + ph}" y2="{top + ph + 5}" stroke="#9aa5b1"/>'
-                   f'<text x="{x:.1f}" y="{top + ph + 19}" text-anchor="middle">{bins[i][0]}</text>')
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top + ph}" y2="{top + ph + 5}" stroke="#9aa5b1"/>'
+            f'<text x="{x:.1f}" y="{top + ph + 19}" text-anchor="middle">{bins[i][0]}</text>'
+        )
     if r.steps.count and _finite(r.steps.median_s) and 0 < r.steps.median_s <= ymax:
         y = ys(r.steps.median_s)
-        out.append(f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#1f2933" '
-                   f'stroke-dasharray="5 4" stroke-width="1.2"/><text x="{w - right + 6}" y="{y - 3:.1f}" '
-                   f'style="fill:#1f2933">median<tspan x="{w - right + 6}" dy="14">'
-                   f"{esc(_dur(r.steps.median_s))}</tspan></text>")
-    out.append(f'<line x1="{left}" x2="{w - right}" y1="{top + ph}" y2="{top + ph}" stroke="#9aa5b1"/>'
-               f'<text x="{left + pw / 2}" y="{h - 6}" text-anchor="middle">step</text>'
-               f'<text transform="translate(16 {top + ph / 2}) rotate(-90)" text-anchor="middle">'
-               f"seconds per step ({unit})</text>")
-    svg = (f'<svg id="timeline-chart" viewBox="0 0 {w} {h}" role="img" '
-           f'aria-label="per-step time by category">{"".join(out)}</svg>')
+        out.append(
+            f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#1f2933" '
+            f'stroke-dasharray="5 4" stroke-width="1.2"/><text x="{w - right + 6}" y="{y - 3:.1f}" '
+            f'style="fill:#1f2933">median<tspan x="{w - right + 6}" dy="14">'
+            f"{esc(_dur(r.steps.median_s))}</tspan></text>"
+        )
+    out.append(
+        f'<line x1="{left}" x2="{w - right}" y1="{top + ph}" y2="{top + ph}" stroke="#9aa5b1"/>'
+        f'<text x="{left + pw / 2}" y="{h - 6}" text-anchor="middle">step</text>'
+        f'<text transform="translate(16 {top + ph / 2}) rotate(-90)" text-anchor="middle">'
+        f"seconds per step ({unit})</text>"
+    )
+    svg = (
+        f'<svg id="timeline-chart" viewBox="0 0 {w} {h}" role="img" '
+        f'aria-label="per-step time by category">{"".join(out)}</svg>'
+    )
     keys = [c for c in (*CATEGORIES, "unattributed") if c in used]
-    legend = "".join(f'<li><span class="sw" style="background:{COLORS.get(c, UNATTRIBUTED)}"></span>{c}</li>'
-                     for c in keys)
-    note = (f"{len(r.timeline):,} points; each bar is the mean of {size} consecutive points."
-            if size > 1 else f"{len(r.timeline):,} point{'s' if len(r.timeline) > 1 else ''}, one bar each.")
-    return (f'{head}{svg}<ul class="legend">{legend}</ul>'
-            f'<p class="note">{note} Hover a bar for its numbers.</p></section>')
+    legend = "".join(
+        f'<li><span class="sw" style="background:{COLORS.get(c, UNATTRIBUTED)}"></span>{c}</li>' for c in keys
+    )
+    note = (
+        f"{len(r.timeline):,} points; each bar is the mean of {size} consecutive points."
+        if size > 1
+        else f"{len(r.timeline):,} point{'s' if len(r.timeline) > 1 else ''}, one bar each."
+    )
+    return (
+        f'{head}{svg}<ul class="legend">{legend}</ul>'
+        f'<p class="note">{note} Hover a bar for its numbers.</p></section>'
+    )
 
 
 def _findings(findings: list[Finding]) -> str:
     if not findings:
-        return ('<section><h2>Findings</h2><p class="note">No findings: nothing measured stood out '
-                'as a fixable cost.</p></section>')
+        return (
+            '<section><h2>Findings</h2><p class="note">No findings: nothing measured stood out '
+            "as a fixable cost.</p></section>"
+        )
     cards = []
     for f in findings:
         col = COLORS.get(f.category, "#868e96")
@@ -279,7 +330,7 @@ def _findings(findings: list[Finding]) -> str:
             f"<dt>fix</dt><dd>{esc(f.fix)}</dd>{call}<dt>expected speedup</dt>"
             f'<dd class="speedup">{speed} (ceiling {ceiling})</dd></dl></article>'
         )
-    return f'<section><h2>Findings</h2>{"".join(cards)}</section>'
+    return f"<section><h2>Findings</h2>{''.join(cards)}</section>"
 
 
 def _lines(r: Report) -> str:
@@ -292,11 +343,16 @@ def _lines(r: Report) -> str:
         f'<td class="num">{_num(ln.seconds_per_step * 1000)}</td><td class="num">{_pct(ln.share)}</td></tr>'
         for ln in top
     )
-    more = (f'<p class="note">Showing the top {len(top)} of {len(r.lines)} lines.</p>'
-            if len(r.lines) > len(top) else "")
-    return (f"<section><h2>Costliest lines of your code</h2><table><thead><tr><th>where</th><th>category</th>"
-            f'<th>kind</th><th class="num">ms / step</th><th class="num">share</th></tr></thead>'
-            f"<tbody>{rows}</tbody></table>{more}</section>")
+    more = (
+        f'<p class="note">Showing the top {len(top)} of {len(r.lines)} lines.</p>'
+        if len(r.lines) > len(top)
+        else ""
+    )
+    return (
+        f"<section><h2>Costliest lines of your code</h2><table><thead><tr><th>where</th><th>category</th>"
+        f'<th>kind</th><th class="num">ms / step</th><th class="num">share</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>{more}</section>"
+    )
 
 
 def _ranks(r: Report) -> str:
@@ -308,20 +364,30 @@ def _ranks(r: Report) -> str:
     for k in r.ranks:
         mark = ' class="straggler"' if k.rank == straggler else ""
         if k.outcome in ("died", "running"):  # no measurements of its own
-            rows.append(f'<tr><td class="num">{k.rank}</td><td>{esc(k.host)}</td><td class="bad-text">{esc(k.outcome)}</td>'
-                        f'<td colspan="8">{esc(k.message)}</td></tr>')
+            rows.append(
+                f'<tr><td class="num">{k.rank}</td><td>{esc(k.host)}</td><td class="bad-text">{esc(k.outcome)}</td>'
+                f'<td colspan="8">{esc(k.message)}</td></tr>'
+            )
             continue
-        cells = "".join(f'<td class="num">{_num(x * 1000)}</td>'
-                        for x in (k.median_s, k.p90_s, k.data_s, k.compute_s, k.wait_s, k.other_s))
+        cells = "".join(
+            f'<td class="num">{_num(x * 1000)}</td>'
+            for x in (k.median_s, k.p90_s, k.data_s, k.compute_s, k.wait_s, k.other_s)
+        )
         label = esc(k.bottleneck or "—") + (" ◀ straggler" if k.rank == straggler else "")
-        rows.append(f'<tr{mark}><td class="num">{k.rank}</td><td>{esc(k.host)}</td><td>{esc(k.outcome)}</td>'
-                    f'<td class="num">{k.steps:,}</td>{cells}<td>{label}</td></tr>')
+        rows.append(
+            f'<tr{mark}><td class="num">{k.rank}</td><td>{esc(k.host)}</td><td>{esc(k.outcome)}</td>'
+            f'<td class="num">{k.steps:,}</td>{cells}<td>{label}</td></tr>'
+        )
     verdict = f'<p class="straggler-text">{esc(r.straggler.text)}</p>' if r.straggler else ""
-    heads = "".join(f'<th class="num">{h}</th>' for h in ("steps", "median", "p90", "data", "compute", "waits", "other"))
-    return (f'<section><h2>Ranks</h2>{verdict}<table class="ranks"><thead><tr><th class="num">rank</th><th>host</th>'
-            f'<th>outcome</th>{heads}<th>bottleneck</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
-            '<p class="note">Milliseconds per steady-state step; "waits" is time in collectives '
-            "(DDP all-reduce, torch.distributed calls) waiting for the other ranks.</p></section>")
+    heads = "".join(
+        f'<th class="num">{h}</th>' for h in ("steps", "median", "p90", "data", "compute", "waits", "other")
+    )
+    return (
+        f'<section><h2>Ranks</h2>{verdict}<table class="ranks"><thead><tr><th class="num">rank</th><th>host</th>'
+        f"<th>outcome</th>{heads}<th>bottleneck</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        '<p class="note">Milliseconds per steady-state step; "waits" is time in collectives '
+        "(DDP all-reduce, torch.distributed calls) waiting for the other ranks.</p></section>"
+    )
 
 
 def _notes(notes: list[str]) -> str:
@@ -383,11 +449,11 @@ def _readable(hex_colour: str) -> str:
     """The colour itself, or a darker shade of it when it is too light for text on white."""
     if _ink(hex_colour) == "#ffffff":
         return hex_colour
-    r, g, b = (int(int(hex_colour[i:i + 2], 16) * 0.6) for i in (1, 3, 5))
+    r, g, b = (int(int(hex_colour[i : i + 2], 16) * 0.6) for i in (1, 3, 5))
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
 def _ink(hex_colour: str) -> str:
     """White or near-black text, whichever reads on the given fill."""
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return "#1f2933" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#ffffff"

@@ -184,7 +184,6 @@ class Report(JsonDocument):
             "straggler": _finite(asdict(self.straggler)) if self.straggler is not None else None,
         }
 
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         if data.get("schema") != SCHEMA:

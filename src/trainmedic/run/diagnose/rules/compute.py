@@ -11,14 +11,29 @@ from trainmedic.run.diagnose.rules.base import Advice, Context, at, is_keras
 
 #: Where the measured answer to "which batch, precision and compile" comes from, when the run's
 #: command is not known (``tune_pointer`` names the user's own script and options when it is).
-TUNE = ("`trainmedic tune model.py:build` measures batch size × precision × compile and says which is "
-        "fastest and why (roofline); `trainmedic tune --script train.py --set batch_size=2,4,8` for this script.")
+TUNE = (
+    "`trainmedic tune model.py:build` measures batch size × precision × compile and says which is "
+    "fastest and why (roofline); `trainmedic tune --script train.py --set batch_size=2,4,8` for this script."
+)
 
 #: Option leaf names (lower case, "-" as "_") that name the per-step batch, in order of
 #: preference. ``trainmedic tune --script`` knows its batch option by the same names.
-BATCH_NAMES = ("batch_size", "per_device_train_batch_size", "train_batch_size", "micro_batch_size",
-               "per_gpu_train_batch_size", "batch_size_per_gpu", "per_device_batch_size", "batchsize",
-               "mini_batch_size", "minibatch_size", "micro_batch", "batch", "bs", "train_bs")
+BATCH_NAMES = (
+    "batch_size",
+    "per_device_train_batch_size",
+    "train_batch_size",
+    "micro_batch_size",
+    "per_gpu_train_batch_size",
+    "batch_size_per_gpu",
+    "per_device_batch_size",
+    "batchsize",
+    "mini_batch_size",
+    "minibatch_size",
+    "micro_batch",
+    "batch",
+    "bs",
+    "train_bs",
+)
 _NOT_TRAINING = re.compile(r"(^|_)(eval|val|valid|validation|test|predict|inference)(_|$)")
 _FLAG = re.compile(r"-{1,2}[A-Za-z][\w.\-]*")
 _HYDRA = re.compile(r"(\+{1,2})?([A-Za-z_][\w.]*)=(.*)")
@@ -33,27 +48,41 @@ def batch_option(names: Sequence[str]) -> str | None:
             if leaf == wanted:
                 return name
     # train_batch_size-like names the list lacks; an eval/test batch is not the training step's.
-    return next((n for n, leaf in leaves.items() if leaf.endswith("batch_size") and not _NOT_TRAINING.search(leaf)),
-                None)
+    return next(
+        (n for n, leaf in leaves.items() if leaf.endswith("batch_size") and not _NOT_TRAINING.search(leaf)),
+        None,
+    )
 
 
 def advise(kind: str, ctx: Context) -> Advice:
     pointer = tune_pointer(ctx)
     if is_keras(ctx):
-        where = "the GPU is busy with the model" if ctx.device == "cuda" else "the time goes to the model itself"
-        fix = (f"Healthy: {where}. Next levers in Keras: "
-               "`keras.mixed_precision.set_global_policy(\"mixed_bfloat16\")` (or \"mixed_float16\" on older GPUs), "
-               "`model.compile(..., jit_compile=True)`, and the batch size; do not assume the largest that fits is "
-               f"fastest: {pointer}")
-        return Advice(f"The model's forward, backward and optimizer step{at(ctx)}", fix, 2.0 if ctx.device == "cuda" else 1.3)
+        where = (
+            "the GPU is busy with the model" if ctx.device == "cuda" else "the time goes to the model itself"
+        )
+        fix = (
+            f"Healthy: {where}. Next levers in Keras: "
+            '`keras.mixed_precision.set_global_policy("mixed_bfloat16")` (or "mixed_float16" on older GPUs), '
+            "`model.compile(..., jit_compile=True)`, and the batch size; do not assume the largest that fits is "
+            f"fastest: {pointer}"
+        )
+        return Advice(
+            f"The model's forward, backward and optimizer step{at(ctx)}",
+            fix,
+            2.0 if ctx.device == "cuda" else 1.3,
+        )
     if ctx.device == "cuda":
-        fix = ("Healthy: the GPU is busy with the model. Next levers: bf16 autocast "
-               "(`torch.autocast('cuda', dtype=torch.bfloat16)`), `torch.compile(model)`, and the "
-               f"batch size; do not assume the largest that fits is fastest. {pointer}")
+        fix = (
+            "Healthy: the GPU is busy with the model. Next levers: bf16 autocast "
+            "(`torch.autocast('cuda', dtype=torch.bfloat16)`), `torch.compile(model)`, and the "
+            f"batch size; do not assume the largest that fits is fastest. {pointer}"
+        )
         factor = 2.0  # tensor-core bf16 over fp32 matmuls, conservatively
     else:
-        fix = ("Healthy for a CPU run: the time goes to the model itself. The big lever is a GPU; "
-               f"on the CPU, `torch.compile(model)` and bf16 autocast on CPUs with AVX512-BF16 or AMX. {pointer}")
+        fix = (
+            "Healthy for a CPU run: the time goes to the model itself. The big lever is a GPU; "
+            f"on the CPU, `torch.compile(model)` and bf16 autocast on CPUs with AVX512-BF16 or AMX. {pointer}"
+        )
         factor = 1.3
     return Advice(f"The model's forward, backward and optimizer step{at(ctx)}", fix, factor)
 
@@ -69,8 +98,10 @@ def tune_pointer(ctx: Context) -> str:
         return TUNE
     if ctx.command[0] == "-m":
         module = ctx.command[1] if len(ctx.command) > 1 else "MODULE"
-        return (f"{build}; `trainmedic tune --script` takes a script's file, not -m {module}: give it the file "
-                f"(`trainmedic tune --script {module.replace('.', '/')}.py --set batch_size=...`).")
+        return (
+            f"{build}; `trainmedic tune --script` takes a script's file, not -m {module}: give it the file "
+            f"(`trainmedic tune --script {module.replace('.', '/')}.py --set batch_size=...`)."
+        )
     script, args = ctx.command[0], list(ctx.command[1:])
     found = _batch_in_args(args)
     if found is not None:
@@ -80,10 +111,12 @@ def tune_pointer(ctx: Context) -> str:
         name, rest, current = _batch_in_source(script), args, _model_batch(ctx)
     if name is None:
         shown = shlex.join([script, *args])
-        return (f"{build}. `{shown}` has no batch-size option that `trainmedic tune --script` can set: add one "
-                "(e.g. `parser.add_argument(\"--batch-size\", type=int)` used where the batch is made), then "
-                f"`{_tune_command(script, 'batch_size', current, args)}` measures it; or put the model in a "
-                "`build(batch_size)` function for `trainmedic tune model.py:build`.")
+        return (
+            f"{build}. `{shown}` has no batch-size option that `trainmedic tune --script` can set: add one "
+            '(e.g. `parser.add_argument("--batch-size", type=int)` used where the batch is made), then '
+            f"`{_tune_command(script, 'batch_size', current, args)}` measures it; or put the model in a "
+            "`build(batch_size)` function for `trainmedic tune model.py:build`."
+        )
     return f"{build}; for this run: `{_tune_command(script, name, current, rest)}`."
 
 
@@ -117,7 +150,7 @@ def _batch_in_args(args: list[str]) -> tuple[str, str, list[str]] | None:
     if name is None:
         return None
     value, at_index, width = candidates[name]
-    return name, value, args[:at_index] + args[at_index + width:]
+    return name, value, args[:at_index] + args[at_index + width :]
 
 
 def _batch_in_source(script: str) -> str | None:

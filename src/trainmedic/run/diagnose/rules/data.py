@@ -18,7 +18,12 @@ def advise(kind: str, ctx: Context) -> Advice:
     suggestion = suggest(kind, ctx.sources, ctx.device)
     if suggestion is None:
         return advice
-    return Advice(advice.title, f"{advice.fix} {_using(kind, suggestion, is_keras(ctx))}", advice.factor, suggestion.call)
+    return Advice(
+        advice.title,
+        f"{advice.fix} {_using(kind, suggestion, is_keras(ctx))}",
+        advice.factor,
+        suggestion.call,
+    )
 
 
 def _using(kind: str, suggestion: Suggestion, keras: bool = False) -> str:
@@ -29,7 +34,9 @@ def _using(kind: str, suggestion: Suggestion, keras: bool = False) -> str:
     else:
         loop = "`for batch in loader:`"
     if kind == "transform":
-        what = "trainmedic.data serves the stored samples in one call (suggested below), one gather per batch:"
+        what = (
+            "trainmedic.data serves the stored samples in one call (suggested below), one gather per batch:"
+        )
     else:
         what = "trainmedic.data does that in one call (suggested below):"
     text = (
@@ -50,7 +57,11 @@ def _keras_feed(fields: tuple[str, ...]) -> str:
 def _tiered(ctx: Context) -> Advice:
     use = ctx.sources.loaders[-1]  # type: ignore[union-attr]
     if use.tier in ("stream", "disk"):
-        how = "reads storage while training" if use.tier == "stream" else "gathers from a memory-mapped cache on disk"
+        how = (
+            "reads storage while training"
+            if use.tier == "stream"
+            else "gathers from a memory-mapped cache on disk"
+        )
         fix = (
             f'The {use.tier} tier {how}. If the data fits in RAM, pass tier="ram" to data.load (or free '
             'memory for tier="auto"); on a GPU, device="cuda" lets the VRAM tier gather on the device. '

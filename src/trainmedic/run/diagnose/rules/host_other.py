@@ -13,8 +13,13 @@ def advise(kind: str, ctx: Context) -> Advice:
             "background thread after copying the state to host memory.",
             factor=20.0,
         )
-    what = {"logging": "Logging", "print": "Printing", "progress bar": "Refreshing a progress bar",
-            "file write": "Writing to a file", "serialisation": "Serialising metrics"}.get(kind, "Host bookkeeping")
+    what = {
+        "logging": "Logging",
+        "print": "Printing",
+        "progress bar": "Refreshing a progress bar",
+        "file write": "Writing to a file",
+        "serialisation": "Serialising metrics",
+    }.get(kind, "Host bookkeeping")
     return Advice(
         f"{what} every step{at(ctx)}",
         "Do it every N steps (`if step % 50 == 0:`), keep per-step metrics as tensors and "

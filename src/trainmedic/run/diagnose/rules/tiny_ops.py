@@ -67,7 +67,9 @@ def _keras(ctx: Context, name: str | None, launch: str) -> Advice:
         "(they broadcast over the batch axis), or map a function of one sample over the batch in one call with "
         f"`keras.ops.vectorized_map(fn, x)`. The {launch} drop from thousands to a handful: seed 001 gained 8-10x."
     )
-    return Advice(f"{ctx.ops_per_step:,.0f} tiny tensor ops per {ctx.unit} in a Python loop{at(ctx)}", fix, factor=8.0)
+    return Advice(
+        f"{ctx.ops_per_step:,.0f} tiny tensor ops per {ctx.unit} in a Python loop{at(ctx)}", fix, factor=8.0
+    )
 
 
 def _function(ctx: Context) -> tuple[str | None, bool]:
@@ -122,7 +124,8 @@ def _function_node(path: str, first: int) -> ast.AST | None:
     for node in ast.walk(tree):
         # co_firstlineno is the first decorator's line for a decorated function.
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and first in (
-            node.lineno, *(d.lineno for d in node.decorator_list)
+            node.lineno,
+            *(d.lineno for d in node.decorator_list),
         ):
             return node
     return None
