@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+
 import pytest
 from browser_kit import CHROMEDRIVER, CHROMIUM
 
@@ -39,3 +42,27 @@ def driver(tmp_path_factory):
         yield drv
     finally:
         drv.quit()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "alone: the test compares measured speeds, so no other test runs beside it while it does "
+        "(one more busy worker on a 2-core machine halves and jitters what it measures)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _cpu_share(request, tmp_path_factory):
+    """Under xdist every test holds a shared lock on one file and an ``alone`` test an exclusive
+    one: while a speed comparison runs, the other workers wait between their tests."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(tmp_path_factory.getbasetemp().parent / "cpu.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

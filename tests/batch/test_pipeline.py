@@ -261,7 +261,9 @@ def test_generate_writes_in_the_background_while_the_next_shard_is_made(tmp_path
     assert threads == dict.fromkeys(range(3), "trainmedic-batch-writer") and result.shards_written == 3
     assert set(result.stages) == {"generate", "copy", "write", "waited"} and result.stages["write"] > 0
     assert result.bottleneck in ("generate", "write")
-    assert len(progress.descriptions) == 3 and all("samples/s; generate" in d for d in progress.descriptions)
+    assert len(progress.descriptions) == 3 and all(
+        d.startswith("gen ") and ", write " in d for d in progress.descriptions
+    )
 
 
 def test_a_failed_background_write_is_raised_in_the_caller_and_nothing_after_it_is_written(tmp_path):

@@ -15,6 +15,7 @@ from trainmedic.tune.ties import within_noise
 FAST = dict(device="cpu", trials=3, min_trial_s=0.05, compile=(False,))
 
 
+@pytest.mark.alone
 def test_a_workload_where_a_smaller_batch_wins_is_found_as_such():
     result = tune(tune_builds.pairwise, precisions=["fp32"], capacity="2GiB", **FAST)
     batches = [r.config.batch_size for r in result.measured]
