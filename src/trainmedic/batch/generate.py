@@ -37,10 +37,10 @@ from torch.utils._pytree import tree_flatten
 
 from trainmedic.batch.host import CpuShards, CudaShards, HostShard
 from trainmedic.batch.identity import function_digest
-from trainmedic.batch.measure import peak_bytes
+from trainmedic.batch.measure import call_peaks
 from trainmedic.batch.params import Params, as_params
 from trainmedic.batch.shards import ShardStore
-from trainmedic.batch.sizing import MEASURE_SIZES, Sizing, choose_batch_size, free_bytes, shard_size_for
+from trainmedic.batch.sizing import Sizing, choose_batch_size, free_bytes, shard_size_for
 from trainmedic.batch.stages import Stages, bottleneck
 from trainmedic.batch.vectorize import VMAP, Vectorized, vectorize, whole_number
 from trainmedic.batch.writer import ShardWriter
@@ -341,28 +341,8 @@ def _size(vf: Vectorized, columns: Params, batch_size: int | str, device: torch.
             size, shard_size_for(size, output_bytes, columns.length), f"{size} samples per call, as asked"
         )
     looped = vf.mode != VMAP
-    peaks = None if looped else _measured_peaks(vf, columns, device, seed)
+    peaks = None if looped else call_peaks(vf, columns, device, seed)
     return choose_batch_size(peaks, output_bytes, columns.length, device, free_bytes(device), looped=looped)
-
-
-def _measured_peaks(
-    vf: Vectorized, columns: Params, device: torch.device, seed: int
-) -> dict[int, int] | None:
-    """Peak bytes of real calls of MEASURE_SIZES samples (the first rows, repeated when there are
-    fewer), outside any shard's seeded generator; None if the function fails on them."""
-    twin = vf.without_fallback()
-    rows = columns.rows(0, min(max(MEASURE_SIZES), columns.length))
-    host = {name: to_numpy(value) for name, value in rows.items()}
-    peaks = {}
-    try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            for count in MEASURE_SIZES:
-                picks = np.arange(count) % len(next(iter(host.values())))
-                inputs = {name: torch.as_tensor(value[picks]).to(device) for name, value in host.items()}
-                peaks[count] = peak_bytes(lambda inputs=inputs: twin(**inputs, seed=seed, start=0), device)
-    except Exception:  # noqa: BLE001 - it ran on the first rows; the outputs alone then size the call
-        return None
-    return peaks
 
 
 def _probe(vf: Vectorized, columns: Params, device: torch.device, seed: int) -> dict[str, np.ndarray]:

@@ -21,12 +21,18 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["LiveBytes", "peak_bytes"]
+from trainmedic.batch.params import Params
+from trainmedic.batch.sizing import MEASURE_SIZES
+from trainmedic.batch.vectorize import Vectorized
+from trainmedic.data.sources.arrays import to_numpy
+
+__all__ = ["LiveBytes", "call_peaks", "peak_bytes"]
 
 
 class LiveBytes(TorchDispatchMode):
@@ -89,3 +95,21 @@ def peak_bytes(call: Callable[[], Any], device: torch.device) -> int:
         out = call()
     del out
     return meter.peak
+
+
+def call_peaks(vf: Vectorized, columns: Params, device: torch.device, seed: int) -> dict[int, int] | None:
+    """Peak bytes of real calls of MEASURE_SIZES samples (the first rows, repeated when there are
+    fewer), outside any shard's seeded generator; None if the function fails on them."""
+    twin = vf.without_fallback()
+    rows = columns.rows(0, min(max(MEASURE_SIZES), columns.length))
+    host = {name: to_numpy(value) for name, value in rows.items()}
+    peaks = {}
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            for count in MEASURE_SIZES:
+                picks = np.arange(count) % len(next(iter(host.values())))
+                inputs = {name: torch.as_tensor(value[picks]).to(device) for name, value in host.items()}
+                peaks[count] = peak_bytes(lambda inputs=inputs: twin(**inputs, seed=seed, start=0), device)
+    except Exception:  # noqa: BLE001 - it ran on the first rows; the outputs alone then size the call
+        return None
+    return peaks
