@@ -28,12 +28,12 @@ PATH_DELAYS = tuple(range(1, 13))  # twelve multipath echoes, 1-12 samples late
 T = torch.arange(NUM_POINTS) / SAMPLE_RATE
 
 
-def generate_iq_sample():
+def generate_iq_sample():  # expect-where
     t = T
     freq = torch.empty(()).uniform_(-2e4, 2e4)  # carrier offset, the label
     sig = torch.exp(1j * (2 * math.pi * freq * t + 2 * math.pi * torch.rand(())))  # clean carrier
     for delay in PATH_DELAYS:  # multipath
-        sig = sig + 0.3 * torch.randn(()) * torch.roll(sig, delay)  # expect-where
+        sig = sig + 0.3 * torch.randn(()) * torch.roll(sig, delay)
     sig = sig * torch.randn((), dtype=torch.cfloat)  # Rayleigh fading
     sig = sig / sig.abs().pow(2).mean().sqrt()  # normalise power
     sig = sig + 0.1 * torch.randn(NUM_POINTS, dtype=torch.cfloat)  # AWGN

@@ -51,7 +51,7 @@ class Triangulator(nn.Module):
         self.head = nn.Linear(HIDDEN, 2)
 
     def forward(self, x):
-        return self.head(self.body(x))  # expect-where
+        return self.head(self.body(x))
 
 
 torch.manual_seed(0)
@@ -69,7 +69,7 @@ with tempfile.TemporaryDirectory() as tmp:
             target = torch.stack([lat, lon], dim=1).float()
             loss = nn.functional.mse_loss(model(features), target)
             optimizer.zero_grad()
-            loss.backward()
+            loss.backward()  # expect-where
             optimizer.step()
             step += 1
             if step == args.steps:

@@ -20,7 +20,7 @@ def test_seed_000_reads_as_data_bound_with_a_70x_ceiling_pointing_at_the_read(co
     assert (top.category, top.kind, top.where) == ("data", "hdf5", "receiver/data.py:88")
     assert top.ceiling == pytest.approx(73.0, rel=0.01)
     assert 1.0 < top.expected_speedup <= top.ceiling
-    assert "36.00 s of a 36.50 s median step" in top.evidence
+    assert "36.00 s of a 36.50 s mean step" in top.evidence
     assert sum(report.breakdown.values()) == pytest.approx(1.0, abs=0.01)
     assert set(report.breakdown) == set(CATEGORIES)
 

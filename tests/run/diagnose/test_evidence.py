@@ -102,7 +102,7 @@ def test_a_per_sample_loop_without_a_model_is_tiny_ops_at_its_hot_line_per_itera
     top = report.findings[0]
     assert (top.category, top.where) == ("tiny_ops", "gen.py:13")
     assert "38 tiny tensor ops per iteration" in top.title
-    assert "median iteration" in top.evidence and "step" not in top.evidence
+    assert "mean iteration" in top.evidence and "step" not in top.evidence
     assert "the loop at gen.py:20 counts as one step" in report.notes[0]
     assert report.steps.loop == "gen.py:20"
     assert "200 iterations of the loop at gen.py:20" in rendered(report)

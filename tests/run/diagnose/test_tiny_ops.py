@@ -42,7 +42,18 @@ def test_seed_001_numbers_are_kept():
     assert advice.title == "20,000 tiny tensor ops per step in a Python loop at gen.py:7"
 
 
-@pytest.mark.parametrize("function", [None, "gen.py:1:<module>", "gen.py:9:<listcomp>", "garbled"])
+def test_a_module_level_loop_is_told_to_move_its_body_into_a_function():
+    # Seed 001's generator written straight into the script: there is no function to batch.
+    advice = tiny_ops.advise("per-sample loop", context("gen.py:1:<module>"))
+    assert advice.fix.startswith(
+        "The per-sample loop at gen.py:7 runs at module level: move its body into a function"
+    )
+    assert "`gen = batch.vectorize(make_sample)`" in advice.fix
+    assert "<per_sample_fn>" not in advice.fix
+    assert advice.suggestion is None, "make_sample does not exist yet: nothing to paste"
+
+
+@pytest.mark.parametrize("function", [None, "gen.py:9:<listcomp>", "garbled"])
 def test_without_a_function_name_the_call_has_a_placeholder(function):
     advice = tiny_ops.advise("per-sample loop", context(function))
     assert advice.fix.startswith(

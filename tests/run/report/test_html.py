@@ -166,9 +166,10 @@ def test_header_findings_and_lines():
     assert 'id="breakdown-chart"' in page and 'id="timeline-chart"' in page
 
 
-def test_unbounded_ceiling():
+def test_a_finding_that_is_the_whole_step_states_no_ceiling():
     page = render_html(unbounded_report())
-    assert "×8.0 (ceiling unbounded)" in page
+    assert "×8.0 (all of the step is this finding)" in page
+    assert "unbounded" not in page
     assert "100.0%" in page
 
 
@@ -211,7 +212,7 @@ def test_renders_a_report_read_back_from_json():
     r = unbounded_report()
     back = Report.from_dict(json.loads(r.to_json()))  # the JSON writes the inf ceiling as null
     assert back.findings[0].ceiling is None
-    assert "(ceiling unbounded)" in render_html(back)
+    assert "(all of the step is this finding)" in render_html(back)
 
 
 # --- a real browser ---------------------------------------------------------------------------

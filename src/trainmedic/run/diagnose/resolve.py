@@ -1,17 +1,26 @@
-"""Turn raw samples into costs: settle plain user code by position, and find tiny-op loops.
+"""Turn raw samples into costs: settle plain user code by what it does, and find tiny-op loops.
 
-The sampler leaves two kinds of samples undecided (see ``probe/recorder.py``): user code run
-before the step's model work began, and after. Before is batch preparation (``data``): reading
-a pool, building a batch by hand. After is the loop's own code around the model (``compute``).
-When a job never showed a forward, backward or optimizer step, position means nothing, and a
-function's op count decides instead.
+The sampler leaves plain user code undecided: samples whose stack holds the user's lines and no
+library that says what they wait on (see ``probe/recorder.py``). What such a line *does* decides
+it, never where it sits in the step (nanoGPT fetches its next batch between forward and
+backward; a position rule called that compute). The op census (``probe/census.py``) saw the
+torch calls each line and function made itself:
 
-A function is a tiny-op loop when the op census saw it issue at least ``TINY_MIN_OPS`` torch
-calls per step and the time spent in it divided by those calls is under ``TINY_MAX_S_PER_OP``:
-dispatch, not arithmetic, is what it pays for. Time the host spent waiting inside synchronising
-calls (``.item()``, ``.cpu()``, ... timed by ``probe/sync_waits.py`` on a GPU) is not launch time:
-it is left out of that per-call time, and a line where most of the time was such waits is
-``sync`` at that line (:func:`on_device`), whatever its text says.
+- a function issuing many calls per step whose own work costs less than starting them, and
+  whose sampled time per call is within a small multiple of this machine's measured call floor,
+  is a tiny-op loop (``tiny_ops``): dispatch, not arithmetic, is what it pays for;
+- a line whose calls touch tensors that require grad works on the model (``compute``, "user
+  code": a loss computed outside the model, a hand-written update);
+- a line whose calls touch no such tensor prepares data (``data``, "batch preparation"), and so
+  does a line of a helper function whose calls all do;
+- a line that makes no torch call in a function that makes none either is the loop's own
+  bookkeeping (``host_other``), unless its text reads a file.
+
+Only when no census ran (a run too short for one) does position decide, as a fallback the
+report notes. Time the host spent waiting inside synchronising calls (``.item()``, ``.cpu()``,
+... timed by ``probe/sync_waits.py`` on a GPU) is not launch time: it is left out of a loop's
+per-call time, and a line where most of the time was such waits is ``sync`` at that line
+(:func:`on_device`), whatever its text says.
 
 On a GPU, the model's compute is ``memory_bandwidth`` when the op census's counted FLOPs and bytes
 put most of the roofline time under the bandwidth slope (``diagnose/intensity.py``).
@@ -19,12 +28,15 @@ put most of the roofline time under the bandwidth slope (``diagnose/intensity.py
 
 from __future__ import annotations
 
+import linecache
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
 from trainmedic.categories import CATEGORIES, COMPUTE, DATA, HOST_OTHER, MEMORY_BANDWIDTH, SYNC, TINY_OPS
 from trainmedic.run.diagnose.intensity import Bound
-from trainmedic.run.probe.recorder import AFTER_MODEL, BEFORE_MODEL, SLOTS, Aggregate
+from trainmedic.run.probe.census import CallTally, Census
+from trainmedic.run.probe.recorder import AFTER_MODEL, BEFORE_MODEL, SLOTS, Aggregate, LineKey
 from trainmedic.run.probe.sync_waits import SyncWaits
 from trainmedic.units import format_seconds
 
@@ -32,7 +44,16 @@ TINY_MIN_OPS = 100
 #: When the steps are iterations of a loop the run repeats (no step of its own, probe/loops.py),
 #: one step is one sample of a per-sample loop: seed 001 made 15 calls a sample, 70,000 a batch.
 TINY_MIN_OPS_PER_ITERATION = 10
+#: Without a measured call floor (hand-built measurements), the old fixed cut-off per call.
 TINY_MAX_S_PER_OP = 50e-6
+#: A loop's sampled time per call within this multiple of the measured floor is overhead: the
+#: interpreter's and the dispatcher's work around each call. Per-sample loops ran at 5-10x the
+#: floor on an idle 2-core VM and up to twice that beside a busy neighbour (the floor is the
+#: fastest of a few rounds, the loop's time an average); a function whose time goes to Python
+#: work between a few calls runs at 100x and more.
+TINY_MAX_FLOORS_PER_CALL = 25.0
+PLAIN = (BEFORE_MODEL, AFTER_MODEL)
+_READS = re.compile(r"(^|[^\w.])open\s*\(|\.read(lines|_text|_bytes)?\s*\(|\.readline\s*\(")
 #: A line is a waiting line when the timed waits inside its synchronising calls are at least this
 #: share of the time sampled there: the host sat in ``.item()``, not in Python around it.
 WAIT_LINE_SHARE = 0.5
@@ -57,6 +78,11 @@ class TinyLoop:
     function: str
     ops_per_step: float
     seconds_per_op: float
+    #: This machine's measured cost of starting one call, and the calls' own work per call.
+    floor_s: float = 0.0
+    work_per_op_s: float = 0.0
+    #: Seconds per step the loop's own lines took (the time its fix acts on).
+    seconds_per_step: float = 0.0
 
 
 def anchors_seen(aggregate: Aggregate) -> bool:
@@ -71,7 +97,10 @@ def tiny_loops(
     census_steps: int,
     min_ops: int = TINY_MIN_OPS,
     waits: SyncWaits | None = None,
+    census: Census | None = None,
 ) -> dict[str, TinyLoop]:
+    if census is not None and census.counted:
+        return _measured_loops(aggregate, steps, census, min_ops, waits)
     if not census_steps or not steps:
         return {}
     seconds: dict[str, float] = defaultdict(float)
@@ -88,24 +117,99 @@ def tiny_loops(
         per_step = ops / census_steps
         spent = max(seconds.get(function, 0.0) - waited.get(function, 0.0), 0.0) / steps
         if per_step >= min_ops and spent > 0 and spent / per_step <= TINY_MAX_S_PER_OP:
-            loops[function] = TinyLoop(function, per_step, spent / per_step)
+            loops[function] = TinyLoop(function, per_step, spent / per_step, seconds_per_step=spent)
     return loops
 
 
+def _measured_loops(
+    aggregate: Aggregate, steps: int, census: Census, min_ops: int, waits: SyncWaits | None
+) -> dict[str, TinyLoop]:
+    """Loops whose calls cost more to start than to run, on this machine's measured floor."""
+    if not steps:
+        return {}
+    own: dict[str, float] = defaultdict(float)
+    for key, weight in aggregate.lines.items():
+        if key[3] is not None and _own_time(key, census):
+            own[key[3]] += weight
+    timed = waits.seconds_by_function() if waits is not None else {}
+    loops = {}
+    for function, tally in census.by_function.items():
+        per_step = tally.calls / census.steps
+        if per_step < min_ops or not tally.overhead_bound:
+            continue
+        spent = max(own.get(function, 0.0) - timed.get(function, 0.0), 0.0) / steps
+        floor = tally.floor_s / tally.calls
+        if spent > 0 and spent / per_step <= TINY_MAX_FLOORS_PER_CALL * floor:
+            loops[function] = TinyLoop(
+                function, per_step, spent / per_step, floor, tally.work_s / tally.calls, spent
+            )
+    return loops
+
+
+def _own_time(key: LineKey, census: Census) -> bool:
+    """A sample in the user's own code: plain, or inside a module's forward at a line that
+    made torch calls itself (a per-sample loop in a layer's call()). Backward, optimizer and
+    library waits at the same line are not the loop's."""
+    slot, kind, where, _function = key
+    if slot in PLAIN:
+        return True
+    return slot == COMPUTE and kind == "forward" and where in census.by_line
+
+
 def resolve(
-    aggregate: Aggregate, anchored: bool, loops: dict[str, TinyLoop], ops_by_function: dict[str, int]
+    aggregate: Aggregate,
+    anchored: bool,
+    loops: dict[str, TinyLoop],
+    ops_by_function: dict[str, int],
+    census: Census | None = None,
 ) -> list[Cost]:
+    measured = census is not None and census.counted
     costs = []
-    for (slot, kind, where, function), weight in aggregate.lines.items():
+    for key, weight in aggregate.lines.items():
+        slot, kind, where, function = key
         category = slot
-        if slot == BEFORE_MODEL:
-            category, kind = (DATA, BATCH_PREPARATION) if anchored else _unanchored(function, ops_by_function)
-        elif slot == AFTER_MODEL:
-            category, kind = COMPUTE, "user code"
-        if function in loops and category in (COMPUTE, DATA) and kind not in _FIXED_KINDS:
-            category, kind = TINY_OPS, "per-sample loop"
+        if slot in PLAIN:
+            if function in loops:
+                category, kind = TINY_OPS, "per-sample loop"
+            elif measured:
+                category, kind = _by_calls(where, function, census)  # type: ignore[arg-type]
+            elif slot == BEFORE_MODEL:
+                category, kind = (
+                    (DATA, BATCH_PREPARATION) if anchored else _unanchored(function, ops_by_function)
+                )
+            else:
+                category, kind = COMPUTE, "user code"
+        elif function in loops and (not measured or _own_time(key, census)) and kind not in _FIXED_KINDS:  # type: ignore[arg-type]
+            if category in (COMPUTE, DATA):
+                category, kind = TINY_OPS, "per-sample loop"
         costs.append(Cost(slot, category, kind, where, function, weight))
     return costs
+
+
+def _by_calls(where: str | None, function: str | None, census: Census) -> tuple[str, str]:
+    """Plain user code, settled by the torch calls its line (or else its function) made."""
+    line = census.by_line.get(where) if where is not None else None
+    if line is not None and line.calls:
+        return _of(line)
+    tally = census.by_function.get(function) if function is not None else None
+    if tally is not None and tally.calls and not function.endswith(":<module>"):  # type: ignore[union-attr]
+        return _of(tally)  # a helper's line between its calls (a tokenizer's loop in get_batch)
+    if where is not None and _reads_a_file(where):
+        return DATA, "disk"
+    return HOST_OTHER, "user code"
+
+
+def _of(tally: CallTally) -> tuple[str, str]:
+    if tally.grad_calls:
+        return COMPUTE, "user code"  # it works on the model's tensors: a loss, an update
+    return DATA, BATCH_PREPARATION
+
+
+def _reads_a_file(where: str) -> bool:
+    path, _, line = where.rpartition(":")
+    if not line.isdigit():
+        return False
+    return bool(_READS.search(linecache.getline(path, int(line)).split("#", 1)[0]))
 
 
 def waiting_lines(aggregate: Aggregate, waits: SyncWaits | None) -> dict[str, float]:

@@ -17,7 +17,7 @@ import threading
 import time
 
 from trainmedic.run.probe.clock import StepClock
-from trainmedic.run.probe.frames import FrameClassifier
+from trainmedic.run.probe.frames import PROBE, FrameClassifier
 from trainmedic.run.probe.loops import LoopWatch
 from trainmedic.run.probe.recorder import Recorder
 
@@ -77,6 +77,9 @@ class StackSampler:
             if frame is None:
                 break  # the training thread is gone
             sample = self.classifier.classify(frame)  # swapped for a CUDA-aware one mid-run
+            if sample.kind == PROBE:
+                del frame
+                continue  # the loop clock's own tracer: its time is nobody's line
             watch = self.loop_watch
             if watch is not None and clock.source is None and watch.looking:
                 watch.observe(frame)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from trainmedic.errors import WatchError
 from trainmedic.run.probe import device as device_probe
-from trainmedic.run.probe.census import OpCensus
+from trainmedic.run.probe.census import Census, OpCensus
 from trainmedic.run.probe.clock import LOOP, MARKER, StepClock
 from trainmedic.run.probe.collectives import CollectiveStats, CollectiveTimer
 from trainmedic.run.probe.frames import FrameClassifier
@@ -65,6 +65,9 @@ class Measurements:
     #: (probe/sync_waits.py), and the census steps' FLOPs and bytes per op (probe/op_costs.py).
     sync_waits: SyncWaits = field(default_factory=SyncWaits)
     op_costs: OpCosts = field(default_factory=OpCosts)
+    #: The user's own torch calls per function and line, and this machine's call floor
+    #: (probe/census.py): what decides tiny_ops, and data from compute in plain user code.
+    census: Census = field(default_factory=Census)
 
 
 _active: WatchSession | None = None
@@ -212,7 +215,7 @@ class WatchSession:
             warm=recorder.warm,
             setup=recorder.setup,
             per_step=recorder.per_step.items(),
-            ops_by_function=dict(self.census.by_function),
+            ops_by_function=self.census.ops_by_function,
             census_steps=self.census.steps_counted,
             device=device_probe.describe(self.nvml),
             sampler_interval_s=self.sampler.interval,
@@ -225,6 +228,7 @@ class WatchSession:
             max_steps=clock.max_steps,
             sync_waits=self.sync_timer.snapshot() if self.sync_timer is not None else SyncWaits(),
             op_costs=self.census.costs.snapshot() if self.census.costs is not None else OpCosts(),
+            census=self.census.snapshot(),
         )
         return self._measurements
 

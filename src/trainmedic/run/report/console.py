@@ -182,7 +182,7 @@ def _finding(rank: int, f: Finding) -> Group:
     body.add_row("fix", Text(f.fix))
     if f.suggestion:
         body.add_row("call", Text(f.suggestion, style="bold"))
-    body.add_row("buys", f"{_speedup(f.expected_speedup)} expected, ceiling {_speedup(f.ceiling)} (Amdahl)")
+    body.add_row("buys", buys(f))
     return Group(Padding(head, (0, 0, 0, 1)), Padding(body, (0, 0, 0, 4)))
 
 
@@ -202,6 +202,15 @@ def _lines(report: Report) -> Table:
         label = f"{line.category}/{line.kind}" if line.kind else line.category
         table.add_row(line.where, label, format_seconds(line.seconds_per_step), f"{line.share:.1%}")
     return table
+
+
+def buys(f: Finding) -> str:
+    """What the fix buys, with its Amdahl ceiling where something outside the finding remains."""
+    if f.ceiling is None or not math.isfinite(f.ceiling):
+        # The whole step is this finding: nothing outside it bounds the gain, and "unbounded"
+        # would promise what only the fix's own factor can say.
+        return f"{_speedup(f.expected_speedup)} expected (all of the step is this finding)"
+    return f"{_speedup(f.expected_speedup)} expected, ceiling {_speedup(f.ceiling)} (Amdahl)"
 
 
 def _speedup(value: float | None) -> str:

@@ -316,8 +316,9 @@ def _findings(findings: list[Finding]) -> str:
     cards = []
     for f in findings:
         col = COLORS.get(f.category, "#868e96")
-        ceiling = f"×{f.ceiling:.1f}" if _finite(f.ceiling) else "unbounded"
-        speed = f"×{f.expected_speedup:.1f}" if _finite(f.expected_speedup) else "unbounded"
+        speed = f"×{f.expected_speedup:.1f}" if _finite(f.expected_speedup) else "—"
+        # All of the step in one finding: no ceiling outside it to state (see console.buys).
+        ceiling = f"ceiling ×{f.ceiling:.1f}" if _finite(f.ceiling) else "all of the step is this finding"
         kind = f" / {esc(f.kind)}" if f.kind else ""
         where = f"<code>{esc(f.where)}</code>" if f.where else "—"
         call = f'<dt>call</dt><dd><code class="cmd">{esc(f.suggestion)}</code></dd>' if f.suggestion else ""
@@ -328,7 +329,7 @@ def _findings(findings: list[Finding]) -> str:
             f'<dt>category</dt><dd><span class="sw" style="background:{col}"></span> {esc(f.category)}{kind}</dd>'
             f"<dt>evidence</dt><dd>{esc(f.evidence)}</dd><dt>where</dt><dd>{where}</dd>"
             f"<dt>fix</dt><dd>{esc(f.fix)}</dd>{call}<dt>expected speedup</dt>"
-            f'<dd class="speedup">{speed} (ceiling {ceiling})</dd></dl></article>'
+            f'<dd class="speedup">{speed} ({ceiling})</dd></dl></article>'
         )
     return f"<section><h2>Findings</h2>{''.join(cards)}</section>"
 

@@ -29,6 +29,9 @@ class Context:
     #: The run's command as the report has it (``["train.py", "--epochs", "1"]``, or ``["-m",
     #: "pkg.train", ...]``), so advice can name the user's own script and options; () unknown.
     command: tuple[str, ...] = ()
+    #: For a tiny-op loop, the part of its time that is call overhead rather than the calls'
+    #: own work (measured against this machine's call floor): what batching the loop removes.
+    overhead_share: float | None = None
 
     @property
     def unit(self) -> str:

@@ -1,0 +1,198 @@
+"""Plain user code takes its category from what its torch calls touch, never from where it sits.
+
+Hand-built measurements with a census as a run records it (probe/census.py): each test is one
+defect seen on real code (nanoGPT, pytorch/examples) that a position rule got wrong.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainmedic.run.diagnose import diagnose
+from trainmedic.run.probe.call_floor import CallCost
+from trainmedic.run.probe.census import CallTally, Census
+from trainmedic.run.probe.recorder import AFTER_MODEL, BEFORE_MODEL, SLOTS
+
+STEPS = 40
+FLOOR = CallCost("cpu", floor_s=2e-6, byte_s=1e-10, flop_s=1e-11)
+
+
+def tally(calls: int, grad: int = 0, work_per_call: float = 1e-8) -> CallTally:
+    return CallTally(calls, grad, work_per_call * calls, FLOOR.floor_s * calls)
+
+
+def census(by_function=None, by_line=None, steps=2) -> Census:
+    return Census(steps, by_function or {}, by_line or {}, floors={"cpu": FLOOR})
+
+
+def with_census(m, c):
+    m.census = c
+    return m
+
+
+def test_a_batch_fetched_after_the_forward_is_data(completed, measure):
+    # nanoGPT fetches the next batch between forward and backward; its get_batch re-read and
+    # encoded the raw text every step (80 % of the step) and once read "compute 100 %".
+    get_batch = "train.py:20:get_batch"
+    lines = {
+        ("compute", "forward", "train.py:60", "train.py:1:<module>"): 0.05 * STEPS,
+        (AFTER_MODEL, "", "train.py:24", get_batch): 0.75 * STEPS,  # the encode: pure Python
+        (AFTER_MODEL, "", "train.py:26", get_batch): 0.05 * STEPS,  # torch.stack of the windows
+        ("compute", "backward", "train.py:62", "train.py:1:<module>"): 0.15 * STEPS,
+    }
+    c = census({get_batch: tally(26)}, {"train.py:26": tally(26)})
+    report = diagnose(with_census(measure(lines, [1.0] * STEPS), c), ["train.py"], completed)
+    assert report.bottleneck == "data"
+    top = report.findings[0]
+    assert (top.category, top.kind, top.where) == ("data", "batch preparation", "train.py:24")
+    assert report.breakdown["data"] == pytest.approx(0.8)
+
+
+def test_a_loss_computed_outside_the_model_is_compute(completed, measure):
+    lines = {
+        ("compute", "forward", "train.py:30", "train.py:1:<module>"): 0.5 * STEPS,
+        (AFTER_MODEL, "", "train.py:31", "train.py:1:<module>"): 0.3
+        * STEPS,  # loss = (out - y).pow(2).mean()
+        (BEFORE_MODEL, "", "train.py:29", "train.py:1:<module>"): 0.2 * STEPS,  # x = pool[idx]
+    }
+    c = census(
+        {"train.py:1:<module>": tally(6, grad=3)}, {"train.py:31": tally(3, grad=3), "train.py:29": tally(3)}
+    )
+    report = diagnose(with_census(measure(lines, [1.0] * STEPS), c), ["train.py"], completed)
+    assert report.breakdown["compute"] == pytest.approx(0.8)
+    assert report.breakdown["data"] == pytest.approx(0.2)
+
+
+def test_module_level_bookkeeping_without_calls_is_host_other_wherever_it_sits(completed, measure):
+    lines = {
+        ("compute", "forward", "train.py:30", "train.py:1:<module>"): 0.7 * STEPS,
+        (BEFORE_MODEL, "", "train.py:10", "train.py:1:<module>"): 0.3 * STEPS,  # lr schedule maths
+    }
+    c = census({"train.py:1:<module>": tally(2, grad=2)}, {"train.py:31": tally(2, grad=2)})
+    report = diagnose(with_census(measure(lines, [1.0] * STEPS), c), ["train.py"], completed)
+    assert report.breakdown["host_other"] == pytest.approx(0.3)
+    assert report.breakdown["data"] == 0.0
+
+
+def test_backward_and_the_optimizer_are_never_folded_into_a_loop(completed, measure):
+    # A module-level loop that issued ~670 library calls a step: the census charges them to the
+    # libraries, and backward's time stays backward whatever the function's call count.
+    module = "train.py:1:<module>"
+    lines = {
+        ("compute", "backward", "train.py:305", module): 0.56 * STEPS,
+        ("compute", "optimizer", "train.py:309", module): 0.05 * STEPS,
+        ("compute", "optimizer", "train.py:311", module): 0.09 * STEPS,
+        ("compute", "forward", "model.py:90", "model.py:80:forward"): 0.30 * STEPS,
+    }
+    c = census({module: tally(8, grad=4)}, {"train.py:300": tally(8, grad=4)})
+    report = diagnose(with_census(measure(lines, [1.0] * STEPS), c), ["train.py"], completed)
+    assert report.breakdown["tiny_ops"] == 0.0
+    (top,) = report.findings
+    assert (top.category, top.where) == ("compute", "train.py:305")
+    assert "split: backward 56%, forward 30%, optimizer 14%" in top.evidence
+
+
+def test_many_calls_whose_work_outweighs_their_start_are_not_tiny(completed, measure):
+    # 400 calls a step on large tensors: 45 us each, but each one's own work is 40 us.
+    fn = "train.py:3:augment"
+    lines = {
+        (BEFORE_MODEL, "", "train.py:7", fn): 0.018 * STEPS,
+        ("compute", "forward", "train.py:20", "train.py:18:forward"): 0.01 * STEPS,
+    }
+    c = census({fn: tally(800, work_per_call=40e-6)}, {"train.py:7": tally(800, work_per_call=40e-6)})
+    report = diagnose(with_census(measure(lines, [0.028] * STEPS), c), ["train.py"], completed)
+    assert report.breakdown["tiny_ops"] == 0.0
+    assert report.findings[0].category == "data"
+
+
+def test_cheap_calls_at_a_few_times_the_floor_are_a_tiny_op_loop_with_the_floor_in_evidence(
+    completed, measure
+):
+    fn = "gen.py:3:make_sample"
+    lines = {
+        (BEFORE_MODEL, "", "gen.py:7", fn): 0.012 * STEPS,  # 1,000 calls at 12 us = 6x the floor
+        ("compute", "forward", "train.py:20", "train.py:18:forward"): 0.004 * STEPS,
+    }
+    c = census({fn: tally(2000)}, {"gen.py:7": tally(2000)})
+    report = diagnose(with_census(measure(lines, [0.016] * STEPS), c), ["gen.py"], completed)
+    top = report.findings[0]
+    assert top.category == "tiny_ops"
+    assert "1,000 torch calls per step at 12.0 µs each" in top.evidence
+    assert "this machine starts a call in 2.0 µs" in top.evidence
+    # The calls' own work stays after batching: the fix buys 1 / (0.25 + 0.75 / k), k < 8.
+    assert 1.0 < top.expected_speedup < 1 / (0.25 + 0.75 / 8) + 0.01
+
+
+def test_a_growing_concatenation_is_growth_whatever_else_its_function_does(completed, measure):
+    # Seed 004's pool: one torch.cat of the whole pool (work grows) plus many small draws.
+    fn = "ot.py:40:sample"
+    per_step, wall = [], []
+    for i in range(STEPS):
+        seconds = 0.015 + 0.0005 * i
+        slots = [0.0] * len(SLOTS)
+        slots[SLOTS.index(BEFORE_MODEL)] = seconds - 0.005
+        slots[SLOTS.index("compute")] = 0.005
+        per_step.append((i + 3, slots))
+        wall.append(seconds)
+    share = 1 - 0.005 * STEPS / sum(wall)
+    lines = {
+        (BEFORE_MODEL, "", "ot.py:44", fn): sum(wall) * share,
+        ("compute", "forward", "ot.py:60", "ot.py:55:forward"): sum(wall) * (1 - share),
+    }
+    # 300 draws at the floor plus the cat, whose bytes (a 512K-row pool) outweigh every start.
+    c = census(
+        {fn: CallTally(301, 0, 0.02, 301 * FLOOR.floor_s)},
+        {"ot.py:44": CallTally(301, 0, 0.02, 301 * FLOOR.floor_s)},
+    )
+    report = diagnose(with_census(measure(lines, wall, per_step=per_step), c), ["ot.py"], completed)
+    top = report.findings[0]
+    assert (top.category, top.kind) == ("data", "pool")
+    assert "grew" in top.evidence
+
+
+def test_findings_are_ordered_by_what_their_fix_buys(completed, measure):
+    # A re-read np.load at 45 % buys more than "healthy" compute at 54 %.
+    lines = {
+        ("data", "disk", "train.py:54", "train.py:50:load"): 0.45 * STEPS,
+        ("compute", "backward", "train.py:60", "train.py:1:<module>"): 0.35 * STEPS,
+        ("compute", "forward", "train.py:58", "train.py:1:<module>"): 0.20 * STEPS,
+    }
+    report = diagnose(measure(lines, [1.0] * STEPS), ["train.py"], completed)
+    assert [f.category for f in report.findings] == ["data", "compute"]
+    assert report.bottleneck == "data"
+    speedups = [f.expected_speedup for f in report.findings]
+    assert speedups == sorted(speedups, reverse=True)
+
+
+def _finding(category, share, speedup):
+    from trainmedic.run.report.model import Finding
+
+    return Finding(category, share, "t", "e", None, "f", speedup, 1 / (1 - share), kind="")
+
+
+def _steps(data_shares):
+    rows = []
+    for i, d in enumerate(data_shares):
+        slots = [0.0] * len(SLOTS)
+        slots[SLOTS.index("data")] = d
+        slots[SLOTS.index("host_other")] = 1 - d
+        rows.append((i, slots))
+    return rows
+
+
+def test_two_levers_within_the_runs_noise_are_called_too_close():
+    from trainmedic.run.diagnose import margin
+
+    findings = [_finding("data", 0.52, 1.6), _finding("host_other", 0.48, 1.55)]
+    mapping = {"data": {"data": 1.0}, "host_other": {"host_other": 1.0}}
+    noisy = _steps([0.2, 0.9, 0.4, 0.7, 0.3, 0.8, 0.6, 0.35] * 3)  # 3 samples a step: coarse
+    note = margin.close_call(findings, noisy, mapping)
+    assert note is not None and note.startswith(
+        "Too close to call between data (52% of the step, buys ×1.60)"
+    )
+    assert "host_other (48%, buys ×1.55)" in note
+    steady = _steps([0.9, 0.92, 0.88, 0.9] * 10)  # a clear lead, step after step
+    assert (
+        margin.close_call([_finding("data", 0.9, 5.0), _finding("host_other", 0.1, 1.05)], steady, mapping)
+        is None
+    )
