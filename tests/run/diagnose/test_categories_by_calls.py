@@ -196,3 +196,17 @@ def test_two_levers_within_the_runs_noise_are_called_too_close():
         margin.close_call([_finding("data", 0.9, 5.0), _finding("host_other", 0.1, 1.05)], steady, mapping)
         is None
     )
+
+
+def test_a_lever_that_buys_only_a_little_more_does_not_outrank_the_largest_share(completed, measure):
+    # pytorch/examples' vae on a CPU: the DataLoader at 25 % (×1.25 by its factor) against the
+    # model at 75 % (×1.21): within the factors' own precision, so the model leads.
+    lines = {
+        ("data", "transform", "main.py:96", "main.py:90:train"): 0.25 * STEPS,
+        ("compute", "backward", "main.py:104", "main.py:90:train"): 0.45 * STEPS,
+        ("compute", "forward", "main.py:101", "main.py:90:train"): 0.30 * STEPS,
+    }
+    report = diagnose(measure(lines, [1.0] * STEPS), ["main.py"], completed)
+    assert [f.category for f in report.findings] == ["compute", "data"]
+    assert report.findings[1].expected_speedup > report.findings[0].expected_speedup
+    assert report.bottleneck == "compute"
