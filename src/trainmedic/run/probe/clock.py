@@ -94,6 +94,10 @@ class StepClock:
         if self.max_steps is not None and self.index - self.steady_from >= self.max_steps:
             raise StepLimitReached(self.max_steps)
 
+    def restart(self, source: str) -> None:
+        """Count again from step 0 with ``source`` (a loop clock moving to another loop)."""
+        self._restart(source, time.perf_counter())
+
     def anchor(self) -> None:
         self.anchored = True
 

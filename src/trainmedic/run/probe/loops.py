@@ -24,6 +24,7 @@ import ast
 import signal
 import sys
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,10 @@ from trainmedic.run.probe.frames import FrameClassifier, read_tree
 WINDOW = 30
 #: A loop is the run's when this share of the window's samples sit inside it.
 SHARE = 0.8
+#: A counted loop with no iteration for this long has ended: another loop holding the window
+#: takes over, unless the counted one was seen running the model (then it is the training loop,
+#: and an evaluation loop after it must not take its place).
+IDLE_S = 1.0
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _COMPREHENSION_CODES = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
 # Python 3.12 runs list, set and dict comprehensions inline, in the enclosing function's frame.
@@ -189,6 +194,7 @@ class LoopClock:
         self._tracing = False
         self._local: Callable[..., Any] | None = None
         self._global: Callable[..., Any] | None = None
+        self._traced: Loop | None = None
 
     def arm(self) -> bool:
         """Take the signal now, on the main thread, before the script runs (False: cannot)."""
@@ -205,8 +211,9 @@ class LoopClock:
         return False
 
     def count(self, loop: Loop) -> None:
-        """From the sampler thread: start counting ``loop``'s iterations."""
-        if self.loop is not None or not self._armed or self._signal is None:
+        """From the sampler thread: start counting ``loop``'s iterations (or move to ``loop``
+        from one that stopped iterating: see :meth:`LoopWatch.observe`)."""
+        if loop == self.loop or not self._armed or self._signal is None:
             return
         if signal.getsignal(self._signal) != self._on_signal:
             self.problem = (
@@ -218,8 +225,15 @@ class LoopClock:
 
     def _on_signal(self, _signum: int, frame: FrameType | None) -> None:
         loop = self.loop
-        if loop is None or self._tracing or self.clock.source not in (None, LOOP):
+        if loop is None or self.clock.source not in (None, LOOP):
             return
+        if self._tracing:
+            if self._traced is loop:
+                return
+            # The counted loop ended (a set-up loop: tokenizing a corpus before training): its
+            # iterations say nothing about the loop that runs now, so counting starts over.
+            self.untrace()
+            self.clock.restart(LOOP)
         if sys.gettrace() is not None:
             self.problem = "another tracer (a debugger or coverage) is active, so the loop could not be timed"
             return
@@ -242,6 +256,7 @@ class LoopClock:
             frame.f_trace = local
         sys.settrace(global_)
         self._tracing = True
+        self._traced = loop
 
     def _boundary(self) -> None:
         if self.clock.source not in (None, LOOP):
@@ -278,15 +293,26 @@ class LoopWatch:
         self.finder = LoopFinder(classifier)
         self.clock = LoopClock(clock)
         self.armed = self.clock.arm()
+        self.model_seen = False
 
     @property
     def looking(self) -> bool:
-        return self.armed and self.clock.loop is None and self.clock.problem is None
+        # Still looking after a loop was chosen, until that loop is seen doing model work: a
+        # set-up loop (tokenizing a corpus) can hold the run long enough to be chosen first.
+        return self.armed and self.clock.problem is None and not self.model_seen
 
-    def observe(self, frame: FrameType | None) -> None:
-        """Sampler thread, while no step source has shown up."""
+    def observe(self, frame: FrameType | None, model: bool = False) -> None:
+        """Sampler thread, while no step source has shown up (and while the chosen loop may
+        still be a set-up loop)."""
+        now = time.perf_counter()
+        counting = self.clock.loop is not None
+        last = self.clock.clock.last_boundary_t
+        idle = counting and (last is None or now - last > IDLE_S)
+        if model and counting and not idle:
+            self.model_seen = True  # the counted loop runs the model: it is the run's
+            return
         loop = self.finder.observe(frame)
-        if loop is not None:
+        if loop is not None and (not counting or (idle and loop != self.clock.loop)):
             self.clock.count(loop)
 
     @property

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from trainmedic.run.probe.clock import StepClock
+from trainmedic.run.probe.clock import LOOP, StepClock
 from trainmedic.run.probe.frames import PROBE, FrameClassifier
 from trainmedic.run.probe.loops import LoopWatch
 from trainmedic.run.probe.recorder import Recorder
@@ -81,8 +81,8 @@ class StackSampler:
                 del frame
                 continue  # the loop clock's own tracer: its time is nobody's line
             watch = self.loop_watch
-            if watch is not None and clock.source is None and watch.looking:
-                watch.observe(frame)
+            if watch is not None and clock.source in (None, LOOP) and watch.looking:
+                watch.observe(frame, model=sample.kind in _MODEL_KINDS and sample.category != "data")
             del frame
             if sample.kind in _MODEL_KINDS and sample.category != "data":
                 anchored = True

@@ -100,6 +100,7 @@ class WatchSession:
         self.sources = SourceRecorder()
         self.census = OpCensus(self.classifier, start_step=1, steps=max(warmup - 1, 0))
         self._census_source: str | None = None  # the step source the census counts steps of
+        self._census_restarts = 0
         self.nvml: device_probe.NvmlSampler | None = None
         self.sync_cuda_steps = sync_cuda_steps
         self.find_loops = find_loops
@@ -147,8 +148,9 @@ class WatchSession:
             if device_probe.nvml_wanted() and self.nvml is None:
                 self.nvml = device_probe.NvmlSampler()
                 self.nvml.start()
-        if self.clock.source != self._census_source:
-            self._census_source = self.clock.source
+        if self.clock.source != self._census_source or self.clock.restarts != self._census_restarts:
+            # A better step source took over, or the loop clock moved to another loop.
+            self._census_source, self._census_restarts = self.clock.source, self.clock.restarts
             self._restart_census()
         if self.census.end_step > self.census.start_step:
             self.census.on_step(index)
