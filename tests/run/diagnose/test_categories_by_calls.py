@@ -210,3 +210,25 @@ def test_a_lever_that_buys_only_a_little_more_does_not_outrank_the_largest_share
     assert [f.category for f in report.findings] == ["compute", "data"]
     assert report.findings[1].expected_speedup > report.findings[0].expected_speedup
     assert report.bottleneck == "compute"
+
+
+def test_a_tokenizing_comprehension_takes_its_helpers_category(completed, measure, tmp_path):
+    # nanoGPT with get_batch re-encoding the raw text: `[stoi[c] for c in text]` runs in a
+    # comprehension's own code object, which makes no torch call; get_batch's calls decide.
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import numpy as np\nimport torch\n\n\ndef get_batch(text, stoi):\n"
+        "    data = np.array([stoi[c] for c in text])\n"
+        "    return torch.from_numpy(data[:64]), torch.from_numpy(data[1:65])\n",
+        encoding="utf-8",
+    )
+    get_batch, comprehension = f"{script}:5:get_batch", f"{script}:6:<listcomp>"
+    lines = {
+        (AFTER_MODEL, "", "train.py:6", comprehension): 0.6 * STEPS,
+        (AFTER_MODEL, "", "train.py:6", get_batch): 0.1 * STEPS,
+        ("compute", "backward", "train.py:30", f"{script}:1:<module>"): 0.3 * STEPS,
+    }
+    c = census({get_batch: tally(2)}, {"train.py:7": tally(2)})
+    report = diagnose(with_census(measure(lines, [1.0] * STEPS), c), ["train.py"], completed)
+    assert report.breakdown["data"] == pytest.approx(0.7)
+    assert report.breakdown["host_other"] == 0.0

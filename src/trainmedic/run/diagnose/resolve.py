@@ -28,6 +28,8 @@ put most of the roofline time under the bandwidth slope (``diagnose/intensity.py
 
 from __future__ import annotations
 
+import ast
+import functools
 import linecache
 import re
 from collections import defaultdict
@@ -36,7 +38,15 @@ from dataclasses import dataclass
 from trainmedic.categories import CATEGORIES, COMPUTE, DATA, HOST_OTHER, MEMORY_BANDWIDTH, SYNC, TINY_OPS
 from trainmedic.run.diagnose.intensity import Bound
 from trainmedic.run.probe.census import CallTally, Census
-from trainmedic.run.probe.recorder import AFTER_MODEL, BEFORE_MODEL, SLOTS, Aggregate, LineKey
+from trainmedic.run.probe.frames import read_tree
+from trainmedic.run.probe.recorder import (
+    AFTER_MODEL,
+    BEFORE_MODEL,
+    SLOTS,
+    Aggregate,
+    LineKey,
+    split_function_key,
+)
 from trainmedic.run.probe.sync_waits import SyncWaits
 from trainmedic.units import format_seconds
 
@@ -53,6 +63,7 @@ TINY_MAX_S_PER_OP = 50e-6
 #: work between a few calls runs at 100x and more.
 TINY_MAX_FLOORS_PER_CALL = 25.0
 PLAIN = (BEFORE_MODEL, AFTER_MODEL)
+_NESTED_CODES = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>", "<lambda>"})
 _READS = re.compile(r"(^|[^\w.])open\s*\(|\.read(lines|_text|_bytes)?\s*\(|\.readline\s*\(")
 #: A line is a waiting line when the timed waits inside its synchronising calls are at least this
 #: share of the time sampled there: the host sat in ``.item()``, not in Python around it.
@@ -191,12 +202,34 @@ def _by_calls(where: str | None, function: str | None, census: Census) -> tuple[
     line = census.by_line.get(where) if where is not None else None
     if line is not None and line.calls:
         return _of(line)
-    tally = census.by_function.get(function) if function is not None else None
-    if tally is not None and tally.calls and not function.endswith(":<module>"):  # type: ignore[union-attr]
+    owner = enclosing_function(function) if function is not None else None
+    tally = census.by_function.get(owner) if owner is not None else None
+    if tally is not None and tally.calls and not owner.endswith(":<module>"):  # type: ignore[union-attr]
         return _of(tally)  # a helper's line between its calls (a tokenizer's loop in get_batch)
     if where is not None and _reads_a_file(where):
         return DATA, "disk"
     return HOST_OTHER, "user code"
+
+
+@functools.lru_cache(maxsize=1024)
+def enclosing_function(function: str) -> str:
+    """The function a comprehension or lambda runs for (``get_batch`` for the ``[stoi[c] for c
+    in text]`` in it): its own code object makes no torch call, its owner's do."""
+    path, first, name = split_function_key(function)
+    if path is None or name not in _NESTED_CODES:
+        return function
+    tree = read_tree(path)
+    owner: ast.AST | None = None
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= first <= (
+            node.end_lineno or node.lineno
+        ):
+            if owner is None or node.lineno > owner.lineno:  # type: ignore[attr-defined]
+                owner = node
+    if owner is None:
+        return f"{path}:1:<module>"
+    start = min([owner.lineno, *(d.lineno for d in owner.decorator_list)])  # type: ignore[attr-defined]
+    return f"{path}:{start}:{owner.name}"  # type: ignore[attr-defined]
 
 
 def _of(tally: CallTally) -> tuple[str, str]:

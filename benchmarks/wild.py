@@ -1,0 +1,615 @@
+"""``trainmedic run`` on real public training code, against the truth measured by ablation.
+
+The corpus (``wild/corpus.py``): nanoGPT's ``train.py``, minGPT's ``chargpt.py``, pytorch/examples
+(mnist, vae, dcgan, word_language_model, mnist_rnn) and four small scripts of this harness's own
+after the libraries' documented usage (Lightning ``Trainer.fit``, HF ``Trainer``, Keras 3 ``fit``
+on torch, an accelerate loop). Third-party code is never copied into this repository: each script
+is extracted from the fetched bare mirrors (``--repos``, default /work/.mirror) into a temporary
+folder at run time, its data is synthesised there, and every injected pitfall is a targeted source
+edit applied there (an anchor text that must be found exactly once, or the run stops).
+
+Per (script, variant):
+
+* **Truth, by ablation**: plain ``python`` runs (no trainmedic) with a step clock (the time between
+  successive ``optimizer.step()`` calls through a global post-hook, or a ``tick()`` inserted where
+  a script has no optimizer), the arms of one script alternated in a mirrored order
+  (clean, v1..vn, nodata, nodata, vn..v1, clean) so that a steady drift of the machine cancels.
+  The measured gain is the variant's median steady step over the clean one, in CPU seconds of the
+  process per step (``time.process_time``: every child is single-threaded and CPU-bound, and on a
+  shared 2-core machine CPU time is far steadier than the wall clock, which is kept beside it). The as-is category
+  comes from a data-free arm (every step reuses the first batch): data when the data share
+  ``1 - nodata/clean`` is >= 0.5, compute when < 0.4, either in between; where there is no such arm, compute by knowledge.
+  A pitfall is the truth when its share ``1 - clean/variant`` is >= 0.5, the as-is category
+  when < 0.4, either in between ("close"). ``item`` (.item() + print every step) is decided the
+  same way (host_other when it dominates). ``cat`` is "growth" when its plain runs' step time grew
+  >= 1.3x (last quarter over first quarter), else the as-is category.
+* **Verdicts**: ``python -m trainmedic run --quiet --json R.json SCRIPT ARGS`` ``--repeats`` times
+  (rounds interleave the variants of a script), read ``bottleneck``, ``findings[0]`` and
+  ``steps.growth``. A run is right when its category is accepted (growth: ``steps.growth >= 1.3``,
+  a ``pool`` finding or a top finding whose evidence says the step grew) and the top finding's
+  ``where`` is one of the expected lines: the pitfall's own lines (found by anchor in the edited
+  source); for compute, the forward call, backward, gradient clipping and optimizer-step lines of
+  the training loop, any line of the model's own file (nanoGPT model.py, mingpt/model.py,
+  word_language_model/model.py) and any line inside an ``nn.Module``/``LightningModule`` subclass
+  of the script; a compute verdict with no finding counts as right.
+
+Every child runs with ``OMP_NUM_THREADS=1`` (a 2-core shared machine: two intra-op threads beside
+another process made steps 5x slower and erratic) and the stand-in ``torchvision`` of
+``wild/site-packages`` on its PYTHONPATH (the PyPI wheel does not load beside the CPU torch here;
+the folder's name makes its frames a library's, as an installed torchvision's are, not the user's).
+
+    python benchmarks/wild.py                         # everything, 5 verdict runs per case
+    python benchmarks/wild.py --repeats 3 --only nanogpt --only mnist:transform
+    python benchmarks/wild.py --list                  # the cases, nothing run
+
+Writes ``benchmarks/results/wild-cpu-<date>.json`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import _env
+
+WILD = _env.BENCHMARKS / "wild"
+STANDIN = WILD / "site-packages"
+TIMER = WILD / "timer"
+GROWTH = 1.3
+PITFALL_SHARE = 0.5  # the pitfall is the bottleneck when it is at least half the step
+CLOSE_SHARE = 0.4  # between this and PITFALL_SHARE either verdict is accepted
+
+
+def load_corpus():
+    spec = importlib.util.spec_from_file_location("wild_corpus", WILD / "corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["wild_corpus"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+C = load_corpus()
+
+
+# -- trees -------------------------------------------------------------------------------------
+
+
+def extract(script, repos: Path, dest: Path) -> str | None:
+    """The script's files into ``dest``; the mirror's commit (None for the harness's own)."""
+    dest.mkdir(parents=True)
+    if script.repo is None:
+        for name in script.paths:
+            shutil.copy2(C.OWN / name, dest / name)
+        return None
+    git_dir = repos / script.repo / "repo"
+    if not git_dir.exists():
+        raise FileNotFoundError(f"no mirror at {git_dir}")
+    commit = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "archive", "HEAD", *script.paths], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return commit
+
+
+def build(base: Path, dest: Path, edits: list) -> Path:
+    shutil.copytree(base, dest)
+    for edit in edits:
+        edit.apply(dest)
+    return dest
+
+
+def module_lines(path: Path) -> set[int]:
+    """Lines inside classes whose bases end with ``Module`` (nn.Module, LightningModule)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("Module") for b in node.bases):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
+def compute_lines(script, tree: Path) -> dict[str, Any]:
+    lines = {f"{f}:{n}" for spec in script.compute for f, n in spec.resolve(tree)}
+    entry = Path(script.cwd) / script.entry
+    lines |= {f"{entry.as_posix()}:{n}" for n in module_lines(tree / entry)}
+    return {"lines": sorted(lines), "files": list(script.model_files)}
+
+
+def pitfall_lines(variant, tree: Path) -> dict[str, Any]:
+    return {
+        "lines": sorted({f"{f}:{n}" for spec in variant.where for f, n in spec.resolve(tree)}),
+        "files": [],
+    }
+
+
+def normalise(where: str | None, tree: Path, cwd: Path) -> str | None:
+    """A report's ``where`` as ``path-relative-to-the-tree:line``."""
+    if not where or ":" not in where:
+        return None
+    path, _, line = where.rpartition(":")
+    p = Path(path)
+    for candidate in [p] if p.is_absolute() else [cwd / p, tree / p]:
+        try:
+            return f"{candidate.resolve().relative_to(tree.resolve()).as_posix()}:{line}"
+        except ValueError:
+            continue
+    return where
+
+
+def line_ok(where: str | None, accepted: list[dict[str, Any]]) -> bool:
+    if where is None:
+        return False
+    path = where.rpartition(":")[0]
+    for acc in accepted:
+        if acc.get("any") or where in acc["lines"] or path in acc["files"]:
+            return True
+    return False
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def child_env(script, tree: Path, truth: bool, times: Path | None = None) -> dict[str, str]:
+    paths = [str(STANDIN)] if script.standin else []
+    paths += [str(tree / p) for p in script.pythonpath]
+    if truth:
+        paths.insert(0, str(TIMER))
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "WANDB_MODE": "disabled",
+        **script.env,
+    }
+    if truth:
+        env["WILD_TIMES"] = str(times)
+        if script.tick is None:
+            env["WILD_TICK"] = "optimizer"
+    return env
+
+
+def steady(ticks: list[float]) -> list[float]:
+    steps = [b - a for a, b in zip(ticks, ticks[1:])]
+    return steps[max(3, len(steps) // 10) :]
+
+
+def run_truth(script, tree: Path, args: list[str], timeout: float) -> dict[str, Any]:
+    times = tree / "_wild_times.json"
+    times.unlink(missing_ok=True)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, script.entry, *args],
+        cwd=tree / script.cwd,
+        env=child_env(script, tree, True, times),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0 or not times.exists():
+        raise RuntimeError(
+            f"truth run of {script.name} failed (exit {done.returncode}): {done.stderr[-1500:]}"
+        )
+    clock = json.loads(times.read_text())
+    steps, cpu = steady(clock["ticks"]), steady(clock["cpu"])
+    if len(steps) < 8:
+        raise RuntimeError(f"truth run of {script.name}: only {len(steps)} steady steps")
+    q = max(1, len(steps) // 4)
+    return {
+        "median_s": statistics.median(cpu),  # CPU time per step: what the truth is taken from
+        "wall_median_s": statistics.median(steps),
+        "steps": len(steps),
+        "growth": statistics.median(cpu[-q:]) / statistics.median(cpu[:q]),
+        "wall_growth": statistics.median(steps[-q:]) / statistics.median(steps[:q]),
+        "wall_s": round(wall, 2),
+    }
+
+
+def run_verdict(script, tree: Path, args: list[str], timeout: float) -> dict[str, Any]:
+    out = tree / "_wild_report.json"
+    out.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "trainmedic", "run", "--quiet", "--json", str(out), script.entry, *args]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command,
+            cwd=tree / script.cwd,
+            env=child_env(script, tree, False),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        code, stderr = done.returncode, done.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, stderr = None, f"timed out after {timeout:.0f} s: {(exc.stderr or b'')[-1500:]!r}"
+    wall = time.perf_counter() - started
+    if not out.exists():
+        return {"exit_code": code, "wall_s": round(wall, 2), "error": stderr[-1500:]}
+    report = json.loads(out.read_text(encoding="utf-8"))
+    findings = report.get("findings") or []
+    top = findings[0] if findings else {}
+    steps = report.get("steps") or {}
+    return {
+        "exit_code": code,
+        "wall_s": round(wall, 2),
+        "bottleneck": report.get("bottleneck"),
+        "evidence": report.get("evidence"),
+        "top": {
+            k: top.get(k)
+            for k in (
+                "category",
+                "kind",
+                "share",
+                "where",
+                "expected_speedup",
+                "ceiling",
+                "title",
+                "evidence",
+            )
+        },
+        "where": normalise(top.get("where"), tree, tree / script.cwd),
+        "findings": [
+            {k: f.get(k) for k in ("category", "kind", "share", "where", "expected_speedup", "title")}
+            for f in findings[:4]
+        ],
+        "steps": {
+            k: steps.get(k) for k in ("count", "median_s", "p90_s", "growth", "cpu_growth", "source", "loop")
+        },
+        "breakdown": {k: round(v, 4) for k, v in (report.get("breakdown") or {}).items()},
+        "lines": (report.get("lines") or [])[:6],
+        "notes": report.get("notes") or [],
+    }
+
+
+# -- truth -------------------------------------------------------------------------------------
+
+
+def truth_sequence(arms: list[str]) -> list[str]:
+    return arms + arms[::-1]
+
+
+def decide(share: float, base: str, pitfall_cat: str) -> list[str]:
+    if share >= PITFALL_SHARE:
+        return [pitfall_cat]
+    if share >= CLOSE_SHARE:
+        return [pitfall_cat, base] if base != pitfall_cat else [base]
+    return [base]
+
+
+def truths(script, variants, measured: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    med = {arm: statistics.median(r["median_s"] for r in runs) for arm, runs in measured.items()}
+    clean = med["clean"]
+    out: dict[str, dict[str, Any]] = {}
+    if "nodata" in med:
+        share = max(0.0, 1 - med["nodata"] / clean)
+        base = "data" if share >= PITFALL_SHARE else "compute"
+        out["as-is"] = {
+            "categories": decide(share, "compute", "data"),
+            "basis": f"ablation: data share {share:.0%} (data-free arm {med['nodata'] * 1e3:.1f} ms)",
+            "gain": clean / med["nodata"],
+            "step_ms": clean * 1e3,
+        }
+    else:
+        base = "compute"
+        out["as-is"] = {
+            "categories": [base],
+            "basis": "knowledge (no data-free arm)",
+            "gain": None,
+            "step_ms": clean * 1e3,
+        }
+    for v in variants:
+        m = med[v.name]
+        gain = m / clean
+        share = 1 - clean / m
+        growth = statistics.median(r["growth"] for r in measured[v.name])
+        wall = statistics.median(r["wall_median_s"] for r in measured[v.name]) / statistics.median(
+            r["wall_median_s"] for r in measured["clean"]
+        )
+        row = {"gain": gain, "wall_gain": wall, "share": share, "step_ms": m * 1e3, "growth": growth}
+        if v.truth == "growth":
+            cats = ["growth"] if growth >= GROWTH else [base]
+            row["basis"] = f"plain-run growth {growth:.2f}x"
+        elif v.truth == "measure":
+            cats = decide(share, base, "host_other")
+            row["basis"] = f"pitfall share {share:.0%}"
+        else:
+            cats = decide(share, base, v.truth)
+            row["basis"] = f"pitfall share {share:.0%}"
+        row["categories"] = cats
+        out[v.name] = row
+    return out
+
+
+# -- judging -----------------------------------------------------------------------------------
+
+
+def judge(run: dict[str, Any], categories: list[str], accepted: list[dict[str, Any]]) -> dict[str, bool]:
+    if "error" in run:
+        return {"category": False, "line": False}
+    top = run["top"]
+    grew = (
+        (run["steps"].get("growth") or 0) >= GROWTH
+        or top.get("kind") == "pool"
+        or "grew" in (top.get("evidence") or "")
+    )
+    run["grew"] = grew
+    cat_ok = ("growth" in categories and grew) or run["bottleneck"] in categories
+    if run["bottleneck"] == "compute" and "compute" in categories and not top.get("where"):
+        line = True
+    else:
+        line = line_ok(run["where"], accepted)
+    return {"category": bool(cat_ok), "line": bool(line)}
+
+
+def run_script(
+    script, variants, include_asis: bool, repos: Path, repeats: int, timeout: float, work: Path
+) -> list[dict[str, Any]]:
+    missing = [m for m in script.needs if importlib.util.find_spec(m) is None]
+    cases = (["as-is"] if include_asis else []) + [v.name for v in variants]
+    if missing:
+        return [
+            {"script": script.name, "variant": c, "skipped": f"not installed: {', '.join(missing)}"}
+            for c in cases
+        ]
+    root = work / script.name
+    base = root / "base"
+    commit = extract(script, repos, base)
+    if script.prepare:
+        script.prepare(base)
+    arms = {"clean": [], **{v.name: list(v.edits) for v in variants}}
+    if script.nodata:
+        arms["nodata"] = list(script.nodata)
+    trees = {a: build(base, root / a, script.base_edits + e) for a, e in arms.items()}
+    truth_trees = {
+        a: build(base, root / f"truth-{a}", script.base_edits + e + (script.tick or []))
+        for a, e in arms.items()
+    }
+    arm_args = {
+        "clean": script.args,
+        "nodata": script.args,
+        **{v.name: script.args + v.args for v in variants},
+    }
+
+    print(
+        f"\n== {script.name}" + (f" @ {commit[:10]}" if commit else "") + f": truth ({len(arms)} arms)",
+        flush=True,
+    )
+    measured: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
+    failed: dict[str, str] = {}
+    for arm in truth_sequence(list(arms)):
+        if arm in failed:
+            continue
+        try:
+            r = run_truth(script, truth_trees[arm], arm_args[arm], timeout)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            if arm == "clean":
+                raise
+            failed[arm] = str(exc)[-1500:]
+            print(f"   truth {arm:<11} FAILED: {failed[arm][-300:]}", flush=True)
+            continue
+        measured[arm].append(r)
+        print(
+            f"   truth {arm:<11} {r['median_s'] * 1e3:8.1f} ms CPU/step ({r['wall_median_s'] * 1e3:.1f} wall)  "
+            f"growth {r['growth']:.2f}  "
+            f"({r['steps']} steps, {r['wall_s']:.0f} s)",
+            flush=True,
+        )
+    if "nodata" in failed:
+        del measured["nodata"]
+    broken = [v for v in variants if v.name in failed]
+    variants = [v for v in variants if v.name not in failed]
+    cases = [c for c in cases if c not in failed]
+    truth = truths(script, variants, measured)
+
+    compute = compute_lines(script, trees["clean"])
+    expected: dict[str, list[dict[str, Any]]] = {}
+    for case in cases:
+        cats = truth[case]["categories"]
+        v = next((v for v in variants if v.name == case), None)
+        own = {"measure": "host_other"}.get(v.truth, v.truth) if v else None
+        acc = []
+        if own in cats:
+            acc.append(pitfall_lines(v, trees[case]))
+        if "compute" in cats:
+            acc.append(compute_lines(script, trees[case]) if v else compute)
+        if "data" in cats and own != "data":  # data-bound as the repository has it: no line to pin
+            acc.append({"lines": [], "files": [], "any": True})
+        expected[case] = acc
+
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in cases}
+    for rnd in range(repeats):
+        for case in cases:
+            tree = trees["clean" if case == "as-is" else case]
+            r = run_verdict(script, tree, arm_args["clean" if case == "as-is" else case], timeout)
+            r["right"] = judge(r, truth[case]["categories"], expected[case])
+            runs[case].append(r)
+            top = r.get("top") or {}
+            print(
+                f"   run {rnd + 1} {case:<11} {r.get('bottleneck')!s:<10} {top.get('kind')!s:<12} "
+                f"{r.get('where')!s:<34} x{top.get('expected_speedup') or 0:.2f}  "
+                f"growth {(r.get('steps') or {}).get('growth') or 0:.2f}  {r['wall_s']:.0f} s"
+                + (f"  ERROR {r['error'][-200:]!r}" if "error" in r else ""),
+                flush=True,
+            )
+
+    rows = []
+    for case in cases:
+        v = next((v for v in variants if v.name == case), None)
+        rs = runs[case]
+        speedups = [r["top"]["expected_speedup"] for r in rs if r.get("top", {}).get("expected_speedup")]
+        rows.append(
+            {
+                "script": script.name,
+                "variant": case,
+                "commit": commit,
+                "pitfall": v.pitfall if v else "none (as the repository has it)",
+                "notes": script.notes,
+                "args": arm_args["clean" if case == "as-is" else case],
+                "truth": truth[case],
+                "expected_lines": expected[case],
+                "verdicts": [
+                    (r.get("bottleneck") or "none") + ("+grew" if r.get("grew") else "") for r in rs
+                ],
+                "agreement": sum(r["right"]["category"] for r in rs),
+                "line_right": sum(r["right"]["line"] for r in rs),
+                "right": sum(r["right"]["category"] and r["right"]["line"] for r in rs),
+                "repeats": len(rs),
+                "expected_speedup_median": statistics.median(speedups) if speedups else None,
+                "runs": rs,
+            }
+        )
+    for v in broken:
+        rows.append(
+            {"script": script.name, "variant": v.name, "error": f"truth run failed: {failed[v.name]}"}
+        )
+    if os.environ.get("WILD_KEEP") is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    header = (
+        f"{'script':<20} {'variant':<11} {'truth':<18} {'gain':>6} {'verdicts':<44} "
+        f"{'agree':>5} {'line':>5} {'exp x':>6}"
+    )
+    print("\n" + header)
+    print("-" * len(header))
+    for r in rows:
+        if "skipped" in r:
+            print(f"{r['script']:<20} {r['variant']:<11} {r['skipped']}")
+            continue
+        if "error" in r:
+            print(f"{r['script']:<20} {r['variant']:<11} ERROR {r['error'][-120:]!r}")
+            continue
+        t = r["truth"]
+        gain = f"{t['gain']:.2f}" if t.get("gain") else "-"
+        exp = f"{r['expected_speedup_median']:.2f}" if r["expected_speedup_median"] else "-"
+        print(
+            f"{r['script']:<20} {r['variant']:<11} {'|'.join(t['categories']):<18} {gain:>6} "
+            f"{' '.join(r['verdicts']):<44} {r['agreement']}/{r['repeats']:<3} {r['line_right']}/{r['repeats']:<3} "
+            f"{exp:>6}"
+        )
+
+
+def select(only: list[str] | None):
+    chosen = []
+    for script in C.corpus():
+        if not only:
+            chosen.append((script, script.variants, True))
+            continue
+        names = [o.split(":", 1) for o in only if o.split(":", 1)[0] == script.name]
+        if not names:
+            continue
+        wanted = {n[1] for n in names if len(n) == 2}
+        if not wanted or len(names) > len(wanted):
+            chosen.append((script, script.variants, True))
+        else:
+            chosen.append((script, [v for v in script.variants if v.name in wanted], "as-is" in wanted))
+    return chosen
+
+
+def check(chosen, repos: Path) -> int:
+    """Every edit applies and every anchor is found, without running anything."""
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="trainmedic-wild-check-") as tmp:
+        for script, variants, _ in chosen:
+            try:
+                base = Path(tmp) / script.name / "base"
+                extract(script, repos, base)
+                if script.prepare:
+                    script.prepare(base)
+                clean = build(base, Path(tmp) / script.name / "clean", script.base_edits)
+                print(f"{script.name:<20} compute {len(compute_lines(script, clean)['lines'])} lines")
+                for name, edits in [("nodata", script.nodata or []), ("tick", script.tick or [])]:
+                    build(base, Path(tmp) / script.name / name, script.base_edits + edits)
+                for v in variants:
+                    tree = build(base, Path(tmp) / script.name / v.name, script.base_edits + v.edits)
+                    print(f"{script.name:<20} {v.name:<11} {' '.join(pitfall_lines(v, tree)['lines'])}")
+            except Exception as exc:  # noqa: BLE001 - report every broken script
+                failed += 1
+                print(f"{script.name:<20} FAILED {type(exc).__name__}: {exc}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--repos", type=Path, default=Path("/work/.mirror"), help="folder of the fetched mirrors"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="trainmedic runs per case")
+    parser.add_argument("--only", action="append", metavar="SCRIPT[:VARIANT]", help="repeatable")
+    parser.add_argument("--out", type=Path, help="result file (default results/wild-cpu-<date>.json)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per child run")
+    parser.add_argument("--list", action="store_true", help="print the cases and exit")
+    parser.add_argument("--check", action="store_true", help="extract, edit and find every line; run nothing")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args(argv)
+
+    chosen = select(args.only)
+    if args.list:
+        for script, variants, asis in chosen:
+            for name in (["as-is"] if asis else []) + [v.name for v in variants]:
+                v = next((v for v in variants if v.name == name), None)
+                print(f"{script.name:<20} {name:<11} {v.pitfall if v else script.notes}")
+        return 0
+    if not chosen:
+        print("nothing selected", file=sys.stderr)
+        return 3
+    if args.check:
+        return check(chosen, args.repos)
+    env = _env.environment()
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="trainmedic-wild-") as tmp:
+        for script, variants, asis in chosen:
+            try:
+                rows += run_script(script, variants, asis, args.repos, args.repeats, args.timeout, Path(tmp))
+            except Exception as exc:  # noqa: BLE001 - one broken script must not lose the others
+                print(f"   {script.name}: {type(exc).__name__}: {exc}", flush=True)
+                rows.append({"script": script.name, "variant": "*", "error": f"{type(exc).__name__}: {exc}"})
+    total = time.perf_counter() - started
+    print_table(rows)
+    judged = [r for r in rows if "right" in r]
+    print(
+        f"\n{sum(r['right'] for r in judged)}/{sum(r['repeats'] for r in judged)} runs right "
+        f"(category and line); {total / 60:.1f} min"
+    )
+    result = {
+        "benchmark": "wild",
+        **env,
+        "repeats": args.repeats,
+        "omp_num_threads": 1,
+        "rules": {"growth": GROWTH, "pitfall_share": PITFALL_SHARE, "close_share": CLOSE_SHARE},
+        "wall_s": round(total, 1),
+        "rows": rows,
+    }
+    if not args.no_write:
+        _env.write_result(result, args.out or _env.results_path("wild", "cpu"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
