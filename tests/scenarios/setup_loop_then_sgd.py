@@ -21,11 +21,11 @@ torch.set_num_threads(1)  # stable timings on a small machine
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--words", type=int, default=250_000)
-parser.add_argument("--batches", type=int, default=60)
+parser.add_argument("--batches", type=int, default=40)
 args, _ = parser.parse_known_args()
 
 rng = random.Random(0)
-vocabulary = [f"w{i}" for i in range(2000)]
+vocabulary = [f"w{i}" for i in range(4000)]
 text = [rng.choice(vocabulary) for _ in range(args.words)]
 word_to_id: dict[str, int] = {}
 ids = []

@@ -308,8 +308,10 @@ class LoopWatch:
         counting = self.clock.loop is not None
         last = self.clock.clock.last_boundary_t
         idle = counting and (last is None or now - last > IDLE_S)
-        if model and counting and not idle:
-            self.model_seen = True  # the counted loop runs the model: it is the run's
+        if model and counting and not idle and self.clock.loop in self.finder.loops_on_stack(frame):
+            # The counted loop runs the model: it is the run's. Model work outside it (the
+            # model being built right after a tokenizer loop) says nothing about that loop.
+            self.model_seen = True
             return
         loop = self.finder.observe(frame)
         if loop is not None and (not counting or (idle and loop != self.clock.loop)):
