@@ -232,3 +232,17 @@ def test_a_tokenizing_comprehension_takes_its_helpers_category(completed, measur
     report = diagnose(with_census(measure(lines, [1.0] * STEPS), c), ["train.py"], completed)
     assert report.breakdown["data"] == pytest.approx(0.7)
     assert report.breakdown["host_other"] == 0.0
+
+
+def test_a_dataloaders_time_is_one_finding_at_the_users_transform(completed, measure):
+    # pytorch/examples' mnist with a heavy NumPy transform: the pipeline's time split between
+    # the `for` line ("loader") and the transform's own line.
+    lines = {
+        ("data", "loader", "main.py:39", "main.py:30:train"): 0.37 * STEPS,
+        ("data", "transform", "main.py:82", "main.py:76:heavy_augment"): 0.25 * STEPS,
+        ("compute", "backward", "main.py:44", "main.py:30:train"): 0.38 * STEPS,
+    }
+    report = diagnose(measure(lines, [1.0] * STEPS), ["main.py"], completed)
+    top = report.findings[0]
+    assert (top.category, top.kind, top.where) == ("data", "transform", "main.py:82")
+    assert top.share == pytest.approx(0.62)
