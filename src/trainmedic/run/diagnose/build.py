@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from trainmedic._version import __version__
 from trainmedic.categories import CATEGORIES, COMPUTE, DATA, MEMORY_BANDWIDTH, TINY_OPS
-from trainmedic.run.diagnose import amdahl, intensity, margin, resolve, steps
+from trainmedic.run.diagnose import amdahl, intensity, loop_facts, margin, resolve, steps
 from trainmedic.run.diagnose.memory import memory_notes
 from trainmedic.run.diagnose.rules import RULES, Context, tiny_ops
 from trainmedic.run.probe.clock import LOOP
@@ -261,7 +261,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
         grows = category == growing
         if grows and kind == resolve.BATCH_PREPARATION:
             kind = "pool"  # batch preparation that gets slower every step: a growing structure
-        loop = _loop_of(loops, function) if category == TINY_OPS else None
+        loop = loop_facts.loop_of(loops, function) if category == TINY_OPS else None
         ops = loop.ops_per_step if loop else max((x.ops_per_step for x in loops.values()), default=0.0)
         growth = rising.ratio if rising else stats.growth
         ctx = Context(
@@ -276,7 +276,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
             step_source=m.step_source,
             loop=stats.loop,
             command=tuple(command),
-            overhead_share=_overhead_share(loop),
+            overhead_share=loop_facts.overhead_share(loop),
         )
         advice = RULES[category](kind, ctx)
         unit = ctx.unit
@@ -295,7 +295,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
             )
             evidence.append(f"split: {split}")
         if loop is not None:
-            evidence.append(_loop_evidence(loop, unit))
+            evidence.append(loop_facts.evidence(loop, unit))
         evidence.extend(
             resolve.device_evidence(category, intensity.judge(m.op_costs, m.device), m.sync_waits, n_steps)
         )
@@ -329,29 +329,6 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
             findings.remove(largest)
             findings.insert(0, largest)
     return findings
-
-
-def _loop_of(loops: dict[str, resolve.TinyLoop], function: str | None) -> resolve.TinyLoop | None:
-    if function in loops:
-        return loops[function]
-    return max(loops.values(), key=lambda loop: loop.ops_per_step, default=None)
-
-
-def _overhead_share(loop: resolve.TinyLoop | None) -> float | None:
-    """The part of a tiny-op loop's time that is not its calls' own work: what batching removes."""
-    if loop is None or not loop.floor_s or loop.seconds_per_op <= 0:
-        return None
-    return min(max(1.0 - loop.work_per_op_s / loop.seconds_per_op, 0.0), 1.0)
-
-
-def _loop_evidence(loop: resolve.TinyLoop, unit: str) -> str:
-    text = f"{loop.ops_per_step:,.0f} torch calls per {unit} at {loop.seconds_per_op * 1e6:.1f} µs each"
-    if loop.floor_s:
-        text += (
-            f" (this machine starts a call in {loop.floor_s * 1e6:.1f} µs; each call's own work is "
-            f"{loop.work_per_op_s * 1e6:.2f} µs)"
-        )
-    return text
 
 
 def _function_at(spent: dict[tuple[str | None, str | None], float], where: str | None) -> str | None:

@@ -99,6 +99,7 @@ class OpCensus:
         self._mode: Any = None
         self._last_index = start_step
         self._torch_code: dict[CodeType, bool] = {}
+        self._torch: Any = None
         #: Set before the census starts to count FLOPs and bytes over the same steps.
         self.costs: OpCostCounter | None = None
 
@@ -119,6 +120,7 @@ class OpCensus:
         import torch
         from torch.overrides import TorchFunctionMode
 
+        self._torch = torch  # imported once here, not per counted call
         self.floors["cpu"] = measure(torch, "cpu")
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             self.floors["cuda"] = measure(torch, "cuda")
@@ -151,9 +153,9 @@ class OpCensus:
         if self._in_loader(frame.f_back):
             self.loader_calls += 1
             return
-        tensors = _tensors(args, kwargs)
+        tensors = _tensors(self._torch, args, kwargs)
         cost = self.floors.get(_device(tensors)) or self.floors["cpu"]
-        work = cost.work_s(_moved(tensors, out), _flops(func, args, out))
+        work = cost.work_s(_moved(self._torch, tensors, out), _flops(self._torch, func, args, out))
         touches_grad = any(t.requires_grad for t in tensors)
         code = frame.f_code
         where = self.classifier.where(code.co_filename, frame.f_lineno or 0)
@@ -208,10 +210,8 @@ class OpCensus:
             pass
 
 
-def _tensors(args: tuple, kwargs: dict | None) -> list[Any]:
+def _tensors(torch: Any, args: tuple, kwargs: dict | None) -> list[Any]:
     """The tensors among a call's arguments, one level into lists and tuples."""
-    import torch
-
     found = []
     for value in (*args, *(kwargs or {}).values()):
         if isinstance(value, torch.Tensor):
@@ -225,10 +225,8 @@ def _device(tensors: list[Any]) -> str:
     return tensors[0].device.type if tensors else "cpu"
 
 
-def _moved(tensors: list[Any], out: Any) -> float:
+def _moved(torch: Any, tensors: list[Any], out: Any) -> float:
     """Bytes a call reads and writes; a view writes nothing and reads nothing of its own."""
-    import torch
-
     outs = (
         [out]
         if isinstance(out, torch.Tensor)
@@ -244,10 +242,8 @@ def _moved(tensors: list[Any], out: Any) -> float:
         return 0.0
 
 
-def _flops(func: Any, args: tuple, out: Any) -> float:
+def _flops(torch: Any, func: Any, args: tuple, out: Any) -> float:
     """Multiply-adds of the matmul and convolution calls (the rest are priced by their bytes)."""
-    import torch
-
     name = getattr(func, "__name__", "")
     if not isinstance(out, torch.Tensor) or not args:
         return 0.0
