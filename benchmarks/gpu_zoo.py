@@ -219,6 +219,11 @@ def main() -> int:
         "--out", type=Path, help="result file (default benchmarks/results/gpu-zoo-<device>-<date>.json)"
     )
     parser.add_argument("--cpu", action="store_true", help="check the harness on this CPU; writes nothing")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="start no further scenario after this many seconds (the file keeps what ran)",
+    )
     args = parser.parse_args()
 
     gpu: dict[str, Any] | None = None
@@ -263,6 +268,7 @@ def main() -> int:
         selected = [(s, e) for s, e in declared if s.stem in args.only]
     else:
         selected = [(s, e) for s, e in declared if args.all or e.get("gpu_only")]
+        selected.sort(key=lambda se: not se[1].get("gpu_only"))  # the GPU-only verdicts first
     if not selected:
         print(
             f'gpu_zoo: no scenario in {args.scenarios} declares "gpu_only": True; '
@@ -273,39 +279,53 @@ def main() -> int:
 
     device = gpu["name"] if gpu else "this CPU (harness check)"
     env = _env.environment()
-    results = []
+    path = args.out or (_env.results_path("gpu-zoo", gpu["name"]) if gpu else None)
+    started = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    not_run: list[str] = []
     for i, (script, expect) in enumerate(selected, 1):
+        if args.budget_s is not None and time.perf_counter() - started > args.budget_s:
+            not_run.append(script.stem)
+            continue
         print(f"[gpu_zoo] {i}/{len(selected)} {script.name} ...", file=sys.stderr, flush=True)
         results.append(
             run_scenario(script, args.timeout, want_cuda=bool(gpu) and bool(expect.get("gpu_only")))
         )
+        if path is not None:  # after every scenario: a run cut short keeps what it measured
+            write(path, env, gpu, args, results, not_run)
+    if path is not None and not_run:
+        write(path, env, gpu, args, results, not_run)
     print_table(results, device)
-
+    if not_run:
+        print(f"not run (past --budget-s {args.budget_s:.0f}): {', '.join(not_run)}")
     if gpu is None:
         print("\n--cpu: harness check only; no result file written.")
     else:
-        path = args.out or _env.results_path("gpu-zoo", gpu["name"])
-        payload = {
-            "benchmark": "gpu_zoo",
-            **env,
-            "gpu": gpu,
-            "settings": {
-                "scenarios": os.path.relpath(args.scenarios, _env.REPO),
-                "selection": "only " + " ".join(args.only)
-                if args.only
-                else ("all" if args.all else "gpu_only"),
-                "command": "python -m trainmedic run --quiet --json REPORT SCENARIO.py (cwd: the scenarios folder)",
-                "growth_threshold": GROWTH,
-            },
-            "scenarios": results,
-            "passed": sum(r["passed"] for r in results),
-            "total": len(results),
-            "pass": all(r["passed"] for r in results),
-        }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"\nwritten: {os.path.relpath(path, _env.REPO)}")
     return 0 if all(r["passed"] for r in results) else 1
+
+
+def write(
+    path: Path, env: dict[str, Any], gpu: dict[str, Any], args, results: list, not_run: list[str]
+) -> None:
+    payload = {
+        "benchmark": "gpu_zoo",
+        **env,
+        "gpu": gpu,
+        "settings": {
+            "scenarios": os.path.relpath(args.scenarios, _env.REPO),
+            "selection": "only " + " ".join(args.only) if args.only else ("all" if args.all else "gpu_only"),
+            "command": "python -m trainmedic run --quiet --json REPORT SCENARIO.py (cwd: the scenarios folder)",
+            "growth_threshold": GROWTH,
+        },
+        "scenarios": results,
+        "not_run": not_run,
+        "passed": sum(r["passed"] for r in results),
+        "total": len(results),
+        "pass": all(r["passed"] for r in results) and not not_run,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -86,15 +86,29 @@ C = load_corpus()
 
 
 def extract(script, repos: Path, dest: Path) -> str | None:
-    """The script's files into ``dest``; the mirror's commit (None for the harness's own)."""
+    """The script's files into ``dest``; the mirror's commit (None for the harness's own).
+
+    ``repos/<owner+name>`` holds either the fetched bare mirror (``repo/``) or a tree exported
+    from one by ``--export-trees`` (``tree/`` and ``COMMIT``), for a machine without the mirrors.
+    """
     dest.mkdir(parents=True)
     if script.repo is None:
         for name in script.paths:
             shutil.copy2(C.OWN / name, dest / name)
         return None
     git_dir = repos / script.repo / "repo"
+    exported = repos / script.repo / "tree"
+    if not git_dir.exists() and exported.exists():
+        for name in script.paths:
+            source = exported / name
+            if source.is_dir():
+                shutil.copytree(source, dest / name)
+            else:
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, dest / name)
+        return (repos / script.repo / "COMMIT").read_text().strip()
     if not git_dir.exists():
-        raise FileNotFoundError(f"no mirror at {git_dir}")
+        raise FileNotFoundError(f"no mirror at {git_dir} (and no exported tree at {exported})")
     commit = subprocess.run(
         ["git", f"--git-dir={git_dir}", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -163,14 +177,36 @@ def line_ok(where: str | None, accepted: list[dict[str, Any]]) -> bool:
 # -- running -----------------------------------------------------------------------------------
 
 
-def child_env(script, tree: Path, truth: bool, times: Path | None = None) -> dict[str, str]:
+def export_trees(chosen, repos: Path, dest: Path) -> int:
+    """The chosen scripts' files from the mirrors into ``dest/<owner+name>/tree`` (+ ``COMMIT``):
+    what ``--repos dest`` reads on a machine that has no mirrors (a borrowed GPU)."""
+    for script, _, _ in chosen:
+        if script.repo is None:
+            continue
+        target = dest / script.repo
+        with tempfile.TemporaryDirectory(prefix="trainmedic-wild-export-") as tmp:
+            commit = extract(script, repos, Path(tmp) / "tree")
+            tree = target / "tree"
+            for name in script.paths:
+                if (tree / name).exists():
+                    shutil.rmtree(tree / name) if (tree / name).is_dir() else (tree / name).unlink()
+            shutil.copytree(Path(tmp) / "tree", tree, dirs_exist_ok=True)
+        (target / "COMMIT").write_text(f"{commit}\n")
+        print(f"{script.name:<20} {script.repo} @ {commit[:10]} -> {tree}")
+    return 0
+
+
+def child_env(
+    script, tree: Path, truth: bool, times: Path | None = None, device: str = "cpu"
+) -> dict[str, str]:
     paths = [str(STANDIN)] if script.standin else []
     paths += [str(tree / p) for p in script.pythonpath]
     if truth:
         paths.insert(0, str(TIMER))
     env = {
         **os.environ,
-        "OMP_NUM_THREADS": "1",
+        # a shared 2-core CPU machine: one intra-op thread per child; a GPU machine keeps its default
+        **({"OMP_NUM_THREADS": "1"} if device == "cpu" else {}),
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         "HF_HUB_OFFLINE": "1",
@@ -191,14 +227,14 @@ def steady(ticks: list[float]) -> list[float]:
     return steps[max(3, len(steps) // 10) :]
 
 
-def run_truth(script, tree: Path, args: list[str], timeout: float) -> dict[str, Any]:
+def run_truth(script, tree: Path, args: list[str], timeout: float, device: str = "cpu") -> dict[str, Any]:
     times = tree / "_wild_times.json"
     times.unlink(missing_ok=True)
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, script.entry, *args],
         cwd=tree / script.cwd,
-        env=child_env(script, tree, True, times),
+        env=child_env(script, tree, True, times, device),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -215,16 +251,22 @@ def run_truth(script, tree: Path, args: list[str], timeout: float) -> dict[str, 
         raise RuntimeError(f"truth run of {script.name}: only {len(steps)} steady steps")
     q = max(1, len(steps) // 4)
     return {
-        "median_s": statistics.median(cpu),  # CPU time per step: what the truth is taken from
+        # what the truth is taken from: on a CPU the process's CPU time per step; on CUDA the
+        # wall clock's mean step (the host runs ahead of the GPU and then waits, so single
+        # intervals between optimizer steps are bimodal while their mean is the GPU's pace)
+        "step_s": statistics.median(cpu) if device == "cpu" else statistics.fmean(steps),
+        "median_s": statistics.median(cpu),
         "wall_median_s": statistics.median(steps),
         "steps": len(steps),
-        "growth": statistics.median(cpu[-q:]) / statistics.median(cpu[:q]),
+        "growth": statistics.median(cpu[-q:]) / statistics.median(cpu[:q])
+        if device == "cpu"
+        else statistics.median(steps[-q:]) / statistics.median(steps[:q]),
         "wall_growth": statistics.median(steps[-q:]) / statistics.median(steps[:q]),
         "wall_s": round(wall, 2),
     }
 
 
-def run_verdict(script, tree: Path, args: list[str], timeout: float) -> dict[str, Any]:
+def run_verdict(script, tree: Path, args: list[str], timeout: float, device: str = "cpu") -> dict[str, Any]:
     out = tree / "_wild_report.json"
     out.unlink(missing_ok=True)
     command = [sys.executable, "-m", "trainmedic", "run", "--quiet", "--json", str(out), script.entry, *args]
@@ -233,7 +275,7 @@ def run_verdict(script, tree: Path, args: list[str], timeout: float) -> dict[str
         done = subprocess.run(
             command,
             cwd=tree / script.cwd,
-            env=child_env(script, tree, False),
+            env=child_env(script, tree, False, device=device),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -297,7 +339,7 @@ def decide(share: float, base: str, pitfall_cat: str) -> list[str]:
 
 
 def truths(script, variants, measured: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    med = {arm: statistics.median(r["median_s"] for r in runs) for arm, runs in measured.items()}
+    med = {arm: statistics.median(r["step_s"] for r in runs) for arm, runs in measured.items()}
     clean = med["clean"]
     out: dict[str, dict[str, Any]] = {}
     if "nodata" in med:
@@ -362,7 +404,15 @@ def judge(run: dict[str, Any], categories: list[str], accepted: list[dict[str, A
 
 
 def run_script(
-    script, variants, include_asis: bool, repos: Path, repeats: int, timeout: float, work: Path
+    script,
+    variants,
+    include_asis: bool,
+    repos: Path,
+    repeats: int,
+    timeout: float,
+    work: Path,
+    device: str = "cpu",
+    truth_once: bool = False,
 ) -> list[dict[str, Any]]:
     missing = [m for m in script.needs if importlib.util.find_spec(m) is None]
     cases = (["as-is"] if include_asis else []) + [v.name for v in variants]
@@ -384,10 +434,11 @@ def run_script(
         a: build(base, root / f"truth-{a}", script.base_edits + e + (script.tick or []))
         for a, e in arms.items()
     }
+    base_args = script.arguments(device)
     arm_args = {
-        "clean": script.args,
-        "nodata": script.args,
-        **{v.name: script.args + v.args for v in variants},
+        "clean": base_args,
+        "nodata": base_args,
+        **{v.name: base_args + v.args for v in variants},
     }
 
     print(
@@ -396,11 +447,11 @@ def run_script(
     )
     measured: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     failed: dict[str, str] = {}
-    for arm in truth_sequence(list(arms)):
+    for arm in list(arms) if truth_once else truth_sequence(list(arms)):
         if arm in failed:
             continue
         try:
-            r = run_truth(script, truth_trees[arm], arm_args[arm], timeout)
+            r = run_truth(script, truth_trees[arm], arm_args[arm], timeout, device)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             if arm == "clean":
                 raise
@@ -409,7 +460,8 @@ def run_script(
             continue
         measured[arm].append(r)
         print(
-            f"   truth {arm:<11} {r['median_s'] * 1e3:8.1f} ms CPU/step ({r['wall_median_s'] * 1e3:.1f} wall)  "
+            f"   truth {arm:<11} {r['step_s'] * 1e3:8.1f} ms/step ({r['median_s'] * 1e3:.1f} CPU, "
+            f"{r['wall_median_s'] * 1e3:.1f} wall median)  "
             f"growth {r['growth']:.2f}  "
             f"({r['steps']} steps, {r['wall_s']:.0f} s)",
             flush=True,
@@ -440,7 +492,7 @@ def run_script(
     for rnd in range(repeats):
         for case in cases:
             tree = trees["clean" if case == "as-is" else case]
-            r = run_verdict(script, tree, arm_args["clean" if case == "as-is" else case], timeout)
+            r = run_verdict(script, tree, arm_args["clean" if case == "as-is" else case], timeout, device)
             r["right"] = judge(r, truth[case]["categories"], expected[case])
             runs[case].append(r)
             top = r.get("top") or {}
@@ -514,20 +566,24 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
 
 
-def select(only: list[str] | None):
+def select(only: list[str] | None, device: str = "cpu"):
     chosen = []
     for script in C.corpus():
+        if not script.on(device):
+            continue
         if not only:
-            chosen.append((script, script.variants, True))
+            chosen.append((script, script.variants_on(device), True))
             continue
         names = [o.split(":", 1) for o in only if o.split(":", 1)[0] == script.name]
         if not names:
             continue
         wanted = {n[1] for n in names if len(n) == 2}
         if not wanted or len(names) > len(wanted):
-            chosen.append((script, script.variants, True))
+            chosen.append((script, script.variants_on(device), True))
         else:
-            chosen.append((script, [v for v in script.variants if v.name in wanted], "as-is" in wanted))
+            chosen.append(
+                (script, [v for v in script.variants_on(device) if v.name in wanted], "as-is" in wanted)
+            )
     return chosen
 
 
@@ -554,21 +610,54 @@ def check(chosen, repos: Path) -> int:
     return 1 if failed else 0
 
 
+def cuda_device() -> dict[str, Any] | None:
+    """The CUDA device of a child ``python`` (this process never imports torch), or None."""
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(_env.BENCHMARKS)!r}); "
+            "import json, _env; print(json.dumps(_env.gpu()))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    lines = probe.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if probe.returncode == 0 and lines else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--repos", type=Path, default=Path("/work/.mirror"), help="folder of the fetched mirrors"
+        "--repos",
+        type=Path,
+        default=Path("/work/.mirror"),
+        help="folder of the fetched mirrors (or of trees written by --export-trees)",
     )
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="the corpus's device")
     parser.add_argument("--repeats", type=int, default=5, help="trainmedic runs per case")
     parser.add_argument("--only", action="append", metavar="SCRIPT[:VARIANT]", help="repeatable")
-    parser.add_argument("--out", type=Path, help="result file (default results/wild-cpu-<date>.json)")
+    parser.add_argument("--out", type=Path, help="result file (default results/wild-<device>-<date>.json)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per child run")
+    parser.add_argument(
+        "--truth-once", action="store_true", help="one truth run per arm (default: two, in mirrored order)"
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="start no further script after this many seconds (the file keeps what ran)",
+    )
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     parser.add_argument("--check", action="store_true", help="extract, edit and find every line; run nothing")
+    parser.add_argument(
+        "--export-trees", type=Path, metavar="DIR", help="write the chosen scripts' trees; run nothing"
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
 
-    chosen = select(args.only)
+    chosen = select(args.only, args.device)
     if args.list:
         for script, variants, asis in chosen:
             for name in (["as-is"] if asis else []) + [v.name for v in variants]:
@@ -580,16 +669,60 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if args.check:
         return check(chosen, args.repos)
+    if args.export_trees:
+        return export_trees(chosen, args.repos, args.export_trees)
     env = _env.environment()
+    gpu = None
+    if args.device == "cuda":
+        gpu = cuda_device()
+        if gpu is None:
+            print("wild: --device cuda, but torch sees no CUDA device here; nothing was run", file=sys.stderr)
+            return 2
+    out = args.out or (
+        _env.results_path("wild", "cuda", gpu["name"]) if gpu else _env.results_path("wild", "cpu")
+    )
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+
+    def result() -> dict[str, Any]:
+        return {
+            "benchmark": "wild",
+            **env,
+            "device": args.device,
+            **({"gpu": gpu} if gpu else {}),
+            "repeats": args.repeats,
+            "truth_runs_per_arm": 1 if args.truth_once else 2,
+            "omp_num_threads": 1 if args.device == "cpu" else os.environ.get("OMP_NUM_THREADS"),
+            "rules": {"growth": GROWTH, "pitfall_share": PITFALL_SHARE, "close_share": CLOSE_SHARE},
+            "wall_s": round(time.perf_counter() - started, 1),
+            "not_run": skipped,
+            "rows": rows,
+        }
+
     with tempfile.TemporaryDirectory(prefix="trainmedic-wild-") as tmp:
         for script, variants, asis in chosen:
+            if args.budget_s is not None and time.perf_counter() - started > args.budget_s:
+                skipped.append(script.name)
+                print(f"   {script.name}: not started (past --budget-s {args.budget_s:.0f})", flush=True)
+                continue
             try:
-                rows += run_script(script, variants, asis, args.repos, args.repeats, args.timeout, Path(tmp))
+                rows += run_script(
+                    script,
+                    variants,
+                    asis,
+                    args.repos,
+                    args.repeats,
+                    args.timeout,
+                    Path(tmp),
+                    args.device,
+                    args.truth_once,
+                )
             except Exception as exc:  # noqa: BLE001 - one broken script must not lose the others
                 print(f"   {script.name}: {type(exc).__name__}: {exc}", flush=True)
                 rows.append({"script": script.name, "variant": "*", "error": f"{type(exc).__name__}: {exc}"})
+            if not args.no_write:  # after every script: a run cut short keeps what it measured
+                _env.write_result(result(), out)
     total = time.perf_counter() - started
     print_table(rows)
     judged = [r for r in rows if "right" in r]
@@ -597,17 +730,8 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{sum(r['right'] for r in judged)}/{sum(r['repeats'] for r in judged)} runs right "
         f"(category and line); {total / 60:.1f} min"
     )
-    result = {
-        "benchmark": "wild",
-        **env,
-        "repeats": args.repeats,
-        "omp_num_threads": 1,
-        "rules": {"growth": GROWTH, "pitfall_share": PITFALL_SHARE, "close_share": CLOSE_SHARE},
-        "wall_s": round(total, 1),
-        "rows": rows,
-    }
     if not args.no_write:
-        _env.write_result(result, args.out or _env.results_path("wild", "cpu"))
+        _env.write_result(result(), out)
     return 0
 
 

@@ -74,6 +74,7 @@ class Variant:
     where: list[Lines] = field(default_factory=list)  # the pitfall's lines
     args: list[str] = field(default_factory=list)  # appended to the script's arguments (last wins)
     kind: str | None = None  # the finding kind that names the pitfall, where one is expected
+    cuda: bool = False  # also in the CUDA corpus (``--device cuda``)
 
 
 @dataclass
@@ -97,6 +98,17 @@ class Script:
     standin: bool = True  # the stand-in torchvision on PYTHONPATH (not for the library scripts:
     # torchmetrics, under Lightning, imports torchvision.models whenever a torchvision is found)
     variants: list[Variant] = field(default_factory=list)
+    # the arguments on a CUDA machine (``--device cuda``), in place of ``args``; None: CPU only
+    cuda_args: list[str] | None = None
+
+    def arguments(self, device: str) -> list[str]:
+        return self.cuda_args if device == "cuda" and self.cuda_args is not None else self.args
+
+    def on(self, device: str) -> bool:
+        return device != "cuda" or self.cuda_args is not None
+
+    def variants_on(self, device: str) -> list[Variant]:
+        return [v for v in self.variants if device != "cuda" or v.cuda]
 
 
 # -- synthetic data ----------------------------------------------------------------------------
@@ -285,7 +297,25 @@ def nanogpt() -> Script:
             "--always_save_checkpoint=False",
             "--dataset=shakespeare_char",
         ],
-        notes="shakespeare_char synthesised from 1 MB of local text; grad accumulation 1 (default 40)",
+        cuda_args=[
+            "--device=cuda",
+            "--compile=False",
+            "--dtype=bfloat16",
+            "--block_size=256",
+            "--batch_size=64",
+            "--n_layer=6",
+            "--n_head=6",
+            "--n_embd=384",
+            "--gradient_accumulation_steps=1",
+            "--max_iters=60",
+            "--eval_interval=100000",
+            "--eval_iters=1",
+            "--log_interval=10",
+            "--always_save_checkpoint=False",
+            "--dataset=shakespeare_char",
+        ],
+        notes="shakespeare_char synthesised from 1 MB of local text; grad accumulation 1 (default 40); "
+        "CUDA: the shakespeare_char config's model size, bf16, no compile",
         prepare=prepare_nanogpt,
         nodata=[
             Edit(
@@ -321,6 +351,7 @@ def nanogpt() -> Script:
                     )
                 ],
                 [Lines(NG, "        text = open(os.path.join(data_dir, 'input.txt')", 2)],
+                cuda=True,
             ),
             Variant(
                 "npload",
@@ -493,6 +524,7 @@ def mnist() -> Script:
         cwd="mnist",
         entry="main.py",
         args=["--epochs", "1", "--batch-size", "32", "--log-interval", "20", "--no-accel"],
+        cuda_args=["--epochs", "1", "--batch-size", "32", "--log-interval", "20"],
         notes="stand-in MNIST (6,000 synthetic items); harness cap: 60 batches per epoch",
         base_edits=[
             Edit(
@@ -534,6 +566,7 @@ def mnist() -> Script:
                 ],
                 [Lines(f, "def heavy_augment(t):", 9)],
                 kind="transform",
+                cuda=True,
             ),
         ],
     )
@@ -548,6 +581,7 @@ def vae() -> Script:
         cwd="vae",
         entry="main.py",
         args=["--epochs", "3", "--batch-size", "128", "--no-accel"],
+        cuda_args=["--epochs", "3", "--batch-size", "128"],
         notes="stand-in MNIST (6,000 items, 47 batches an epoch)",
         nodata=loader_nodata(f, "    for batch_idx, (data, _) in enumerate(train_loader):\n", "train_loader"),
         compute=[
@@ -649,6 +683,10 @@ def mnist_rnn() -> Script:
     )
 
 
+DCGAN_ARGS = ["--dataset", "fake", "--workers", "0", "--batchSize", "16", "--ngf", "16", "--ndf", "16"]
+DCGAN_ARGS += ["--niter", "1", "--manualSeed", "1", "--outf", "out"]
+
+
 def dcgan() -> Script:
     f = "dcgan/main.py"
     return Script(
@@ -657,25 +695,9 @@ def dcgan() -> Script:
         paths=["dcgan"],
         cwd="dcgan",
         entry="main.py",
-        args=[
-            "--dataset",
-            "fake",
-            "--workers",
-            "0",
-            "--batchSize",
-            "16",
-            "--ngf",
-            "16",
-            "--ndf",
-            "16",
-            "--niter",
-            "1",
-            "--manualSeed",
-            "1",
-            "--outf",
-            "out",
-        ],
+        args=DCGAN_ARGS,
         notes="stand-in FakeData; workers 0; harness cap: 40 batches; prints 5 .item() a step as-is",
+        cuda_args=[*DCGAN_ARGS, "--accel"],
         base_edits=[
             Edit(
                 f,
@@ -718,6 +740,7 @@ def dcgan() -> Script:
                 ],
                 [Lines(f, "def heavy_augment(t):", 9)],
                 kind="transform",
+                cuda=True,
             ),
         ],
     )
