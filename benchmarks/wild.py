@@ -69,6 +69,8 @@ TIMER = WILD / "timer"
 GROWTH = 1.3
 PITFALL_SHARE = 0.5  # the pitfall is the bottleneck when it is at least half the step
 CLOSE_SHARE = 0.4  # between this and PITFALL_SHARE either verdict is accepted
+LAUNCH_RATIO = 2.0  # CUDA: a 4x batch's step under this many times the step: launch-bound
+DEVICE_RATIO = 3.0  # ... over this: bound by the kernels
 
 
 def load_corpus():
@@ -330,32 +332,50 @@ def truth_sequence(arms: list[str]) -> list[str]:
     return arms + arms[::-1]
 
 
-def decide(share: float, base: str, pitfall_cat: str) -> list[str]:
+def decide(share: float, base: str | list[str], pitfall_cat: str) -> list[str]:
+    base = [base] if isinstance(base, str) else base
     if share >= PITFALL_SHARE:
         return [pitfall_cat]
     if share >= CLOSE_SHARE:
-        return [pitfall_cat, base] if base != pitfall_cat else [base]
-    return [base]
+        return list(dict.fromkeys([pitfall_cat, *base]))
+    return list(base)
+
+
+def model_truth(med: dict[str, float]) -> tuple[list[str], str]:
+    """On CUDA, what bounds the model's step, from the arm with a 4x batch: 4x the work in under
+    twice the time is a step bound by its launches (tiny_ops); over three times, by its kernels
+    (compute, or memory_bandwidth by the roofline: both accepted); in between, any of them."""
+    if "batch4" not in med:
+        return ["compute"], ""
+    ratio = med["batch4"] / med["clean"]
+    if ratio < LAUNCH_RATIO:
+        cats = ["tiny_ops"]
+    elif ratio > DEVICE_RATIO:
+        cats = ["compute", "memory_bandwidth"]
+    else:
+        cats = ["tiny_ops", "compute", "memory_bandwidth"]
+    return cats, f"; 4x batch: step x{ratio:.2f}"
 
 
 def truths(script, variants, measured: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     med = {arm: statistics.median(r["step_s"] for r in runs) for arm, runs in measured.items()}
     clean = med["clean"]
     out: dict[str, dict[str, Any]] = {}
+    model, scaled = model_truth(med)
     if "nodata" in med:
         share = max(0.0, 1 - med["nodata"] / clean)
-        base = "data" if share >= PITFALL_SHARE else "compute"
+        base = ["data"] if share >= PITFALL_SHARE else model
         out["as-is"] = {
-            "categories": decide(share, "compute", "data"),
-            "basis": f"ablation: data share {share:.0%} (data-free arm {med['nodata'] * 1e3:.1f} ms)",
+            "categories": decide(share, model, "data"),
+            "basis": f"ablation: data share {share:.0%} (data-free arm {med['nodata'] * 1e3:.1f} ms){scaled}",
             "gain": clean / med["nodata"],
             "step_ms": clean * 1e3,
         }
     else:
-        base = "compute"
+        base = model
         out["as-is"] = {
-            "categories": [base],
-            "basis": "knowledge (no data-free arm)",
+            "categories": base,
+            "basis": "knowledge (no data-free arm)" + scaled,
             "gain": None,
             "step_ms": clean * 1e3,
         }
@@ -369,7 +389,7 @@ def truths(script, variants, measured: dict[str, list[dict[str, Any]]]) -> dict[
         )
         row = {"gain": gain, "wall_gain": wall, "share": share, "step_ms": m * 1e3, "growth": growth}
         if v.truth == "growth":
-            cats = ["growth"] if growth >= GROWTH else [base]
+            cats = ["growth"] if growth >= GROWTH else list(base)
             row["basis"] = f"plain-run growth {growth:.2f}x"
         elif v.truth == "measure":
             cats = decide(share, base, "host_other")
@@ -429,6 +449,8 @@ def run_script(
     arms = {"clean": [], **{v.name: list(v.edits) for v in variants}}
     if script.nodata:
         arms["nodata"] = list(script.nodata)
+    if device == "cuda" and script.cuda_batch4:
+        arms["batch4"] = []
     trees = {a: build(base, root / a, script.base_edits + e) for a, e in arms.items()}
     truth_trees = {
         a: build(base, root / f"truth-{a}", script.base_edits + e + (script.tick or []))
@@ -438,6 +460,7 @@ def run_script(
     arm_args = {
         "clean": base_args,
         "nodata": base_args,
+        "batch4": base_args + (script.cuda_batch4 or []),
         **{v.name: base_args + v.args for v in variants},
     }
 
@@ -466,8 +489,9 @@ def run_script(
             f"({r['steps']} steps, {r['wall_s']:.0f} s)",
             flush=True,
         )
-    if "nodata" in failed:
-        del measured["nodata"]
+    for arm in ("nodata", "batch4"):
+        if arm in failed:
+            del measured[arm]
     broken = [v for v in variants if v.name in failed]
     variants = [v for v in variants if v.name not in failed]
     cases = [c for c in cases if c not in failed]
@@ -482,7 +506,8 @@ def run_script(
         acc = []
         if own in cats:
             acc.append(pitfall_lines(v, trees[case]))
-        if "compute" in cats:
+        if {"compute", "memory_bandwidth"} & set(cats) or ("tiny_ops" in cats and own != "tiny_ops"):
+            # the model's own step (a launch-bound one too): its lines
             acc.append(compute_lines(script, trees[case]) if v else compute)
         if "data" in cats and own != "data":  # data-bound as the repository has it: no line to pin
             acc.append({"lines": [], "files": [], "any": True})

@@ -100,6 +100,8 @@ class Script:
     variants: list[Variant] = field(default_factory=list)
     # the arguments on a CUDA machine (``--device cuda``), in place of ``args``; None: CPU only
     cuda_args: list[str] | None = None
+    # appended for the CUDA truth's 4x-batch arm (launch-bound or kernel-bound, wild.model_truth)
+    cuda_batch4: list[str] | None = None
 
     def arguments(self, device: str) -> list[str]:
         return self.cuda_args if device == "cuda" and self.cuda_args is not None else self.args
@@ -314,6 +316,7 @@ def nanogpt() -> Script:
             "--always_save_checkpoint=False",
             "--dataset=shakespeare_char",
         ],
+        cuda_batch4=["--batch_size=256"],
         notes="shakespeare_char synthesised from 1 MB of local text; grad accumulation 1 (default 40); "
         "CUDA: the shakespeare_char config's model size, bf16, no compile",
         prepare=prepare_nanogpt,
@@ -525,6 +528,7 @@ def mnist() -> Script:
         entry="main.py",
         args=["--epochs", "1", "--batch-size", "32", "--log-interval", "20", "--no-accel"],
         cuda_args=["--epochs", "1", "--batch-size", "32", "--log-interval", "20"],
+        cuda_batch4=["--batch-size", "128"],
         notes="stand-in MNIST (6,000 synthetic items); harness cap: 60 batches per epoch",
         base_edits=[
             Edit(
@@ -582,6 +586,7 @@ def vae() -> Script:
         entry="main.py",
         args=["--epochs", "3", "--batch-size", "128", "--no-accel"],
         cuda_args=["--epochs", "3", "--batch-size", "128"],
+        cuda_batch4=["--batch-size", "512"],
         notes="stand-in MNIST (6,000 items, 47 batches an epoch)",
         nodata=loader_nodata(f, "    for batch_idx, (data, _) in enumerate(train_loader):\n", "train_loader"),
         compute=[
@@ -698,6 +703,7 @@ def dcgan() -> Script:
         args=DCGAN_ARGS,
         notes="stand-in FakeData; workers 0; harness cap: 40 batches; prints 5 .item() a step as-is",
         cuda_args=[*DCGAN_ARGS, "--accel"],
+        cuda_batch4=["--batchSize", "64"],
         base_edits=[
             Edit(
                 f,

@@ -14,7 +14,11 @@ import pytest
 import torch
 from torch import nn
 
-from trainmedic.run.diagnose import diagnose, intensity
+from trainmedic.run.diagnose import diagnose, intensity, launches
+from trainmedic.run.diagnose.resolve import Cost
+from trainmedic.run.probe.call_floor import CallCost
+from trainmedic.run.probe.census import CallTally, Census
+from trainmedic.run.probe.device_busy import DeviceBusy
 from trainmedic.run.probe.op_costs import OpCostCounter, OpCosts
 from trainmedic.run.probe.recorder import AFTER_MODEL
 from trainmedic.run.probe.sync_waits import SyncWaits
@@ -180,3 +184,106 @@ def test_sync_with_the_host_waiting_in_item_reads_as_sync_at_the_item_line(compl
     assert report.breakdown["sync"] == pytest.approx(16.0 / 29.5, abs=0.01)
     # The launching around it is still a tiny-op loop, timed without the waits (7.5 ms / 599 calls).
     assert report.breakdown["tiny_ops"] == pytest.approx(13.5 / 29.5, abs=0.01)
+
+
+# --- launch-bound steps
+# A GPU step bound by its kernel launches is not compute, and not memory_bandwidth.
+#
+# pytorch/examples' MNIST on an H200 (benchmarks/results/wild-cuda-nvidia-h200-2026-11-27.json):
+# 2.7 ms steps, the model 100 % of them (backward 44 %, forward 32 %, optimizer 24 %), 167 calls a
+# step, and a roofline of its counted ops that put 95 % of the arithmetic under the bandwidth slope,
+# so the report said "memory-bandwidth-bound kernels, a larger batch does not help". By ablation
+# the step's data is a quarter of it and nothing of the model is the device's limit. The device's
+# own busy time (probe/device_busy.py) is what tells the two apart; these runs predate it, so the
+# busy times below are the assumption each test states.
+
+MNIST_STEPS = 54
+
+
+def _mnist_run(measure):
+    model = 2.7 * ms * MNIST_STEPS
+    lines = {
+        ("compute", "backward", "main.py:45", "main.py:36:train"): 0.44 * model,
+        ("compute", "forward", "main.py:24", "main.py:20:forward"): 0.20 * model,
+        ("compute", "forward", "main.py:21", "main.py:20:forward"): 0.12 * model,
+        ("compute", "optimizer", "main.py:46", "main.py:36:train"): 0.24 * model,
+    }
+    census = Census(
+        steps=2,
+        by_function={"main.py:36:train": CallTally(calls=18)},
+        library_calls=316,
+        floors={"cuda": CallCost("cuda", floor_s=8.5e-6, byte_s=1e-11, flop_s=1e-13)},
+    )
+    m = measure(lines, [2.7 * ms] * MNIST_STEPS, census_steps=2)
+    # the roofline's verdict on MNIST's counted ops: bandwidth-bound (the recorded report's)
+    return dataclasses.replace(m, device=H200, op_costs=_dosenet_costs(size=8), census=census)
+
+
+def test_a_step_whose_gpu_idles_while_python_launches_is_launch_bound(completed, measure):
+    # assumed: the kernels of one step took 0.5 ms of the model's 2.7 ms (MNIST's convolutions
+    # and Adam's foreach kernels at batch 32 on an H200 run a few µs each)
+    m = dataclasses.replace(
+        _mnist_run(measure), device_busy=DeviceBusy(busy_s=1.0 * ms, steps=2, activities=600)
+    )
+    report = diagnose(m, ["main.py"], completed)
+    top = report.findings[0]
+    assert report.bottleneck == "tiny_ops" and (top.category, top.kind) == ("tiny_ops", "launches")
+    assert top.where == "main.py:24"  # the model's heaviest forward line, as for its compute
+    assert "the GPU was busy 0.5 ms of the model's 2.7 ms per step (19%" in top.evidence
+    assert "split: backward 44%, forward 32%, optimizer 24%" in top.evidence
+    assert "larger batch costs little more" in top.fix and 'mode="reduce-overhead"' in top.fix
+    assert "does not help" not in top.fix
+    assert "167 calls a step" in top.fix
+    assert 1.5 < top.expected_speedup < 4  # 1 / (0.19 + 0.81 / 4)
+    assert report.breakdown["tiny_ops"] == 1.0 and report.breakdown["memory_bandwidth"] == 0.0
+
+
+def test_a_busy_device_keeps_the_roofline_verdict(completed, measure):
+    # tests/scenarios/memory_bandwidth.py on the H200: NVML read the GPU 99 % busy
+    m = _memory_bandwidth_run(measure)
+    m = dataclasses.replace(
+        m,
+        device=H200,
+        op_costs=_dosenet_costs(),
+        device_busy=DeviceBusy(busy_s=2 * 110 * ms, steps=2, activities=1000),
+    )
+    report = diagnose(m, ["memory_bandwidth.py"], completed)
+    assert report.bottleneck == "memory_bandwidth" and report.findings[0].kind == "model"
+    assert "the GPU was busy 110.0 ms of the model's 115.4 ms per step (95%" in report.findings[0].evidence
+    assert not any(n.startswith("Too close to call between the kernels") for n in report.notes)
+
+
+def test_between_the_bands_the_model_is_compute_and_the_report_says_it_is_close(completed, measure):
+    m = dataclasses.replace(
+        _mnist_run(measure), device_busy=DeviceBusy(busy_s=2.7 * ms, steps=2, activities=600)
+    )
+    report = diagnose(m, ["main.py"], completed)
+    assert report.bottleneck == "compute"  # not memory_bandwidth: its kernels are not what the step waits for
+    note = next(n for n in report.notes if n.startswith("Too close to call between the kernels"))
+    assert "busy 1.4 ms of the model's 2.7 ms per step (50%" in note
+
+
+def test_without_the_busy_time_the_verdict_is_unchanged_and_the_report_says_why(completed, measure):
+    m = dataclasses.replace(
+        _mnist_run(measure), device_busy=DeviceBusy(problem="the profiler did not start (x)")
+    )
+    report = diagnose(m, ["main.py"], completed)
+    assert report.bottleneck == "memory_bandwidth"
+    assert any("busy time was not measured (the profiler did not start (x))" in n for n in report.notes)
+
+
+def test_the_bands():
+    def cost(category, seconds):
+        return Cost("compute", category, "forward", "a.py:1", "a.py:1:f", seconds)
+
+    costs = [cost("compute", 0.6), cost("memory_bandwidth", 0.4), cost("data", 5.0)]
+    for busy_s, verdict in [(0.3, "launches"), (0.5, "close"), (0.7, "device"), (1.4, "device")]:
+        judged = launches.judge(costs, DeviceBusy(busy_s=busy_s, steps=1, activities=10), n_steps=1)
+        assert judged.verdict == verdict, busy_s
+    settled = launches.settle(costs, launches.judge(costs, DeviceBusy(0.1, 1, 10), 1))
+    assert [(c.category, c.kind, c.phase) for c in settled] == [
+        ("tiny_ops", "launches", "forward"),
+        ("tiny_ops", "launches", "forward"),
+        ("data", "forward", None),  # not the model's: untouched
+    ]
+    assert launches.judge(costs, DeviceBusy(), 1) is None

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from trainmedic._version import __version__
 from trainmedic.categories import CATEGORIES, COMPUTE, DATA, MEMORY_BANDWIDTH, TINY_OPS
-from trainmedic.run.diagnose import amdahl, intensity, loop_facts, margin, resolve, steps
+from trainmedic.run.diagnose import amdahl, intensity, launches, loop_facts, margin, resolve, steps
 from trainmedic.run.diagnose.memory import memory_notes
 from trainmedic.run.diagnose.rules import RULES, Context, tiny_ops
 from trainmedic.run.probe.clock import LOOP
@@ -45,6 +45,9 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     # GPU runs: timed waits in sync calls, the counted ops' roofline (resolve.on_device).
     bound = intensity.judge(m.op_costs, m.device)
     costs = resolve.on_device(costs, bound, resolve.waiting_lines(aggregate, m.sync_waits))
+    # ... and the device's own busy time: a model whose kernels leave the GPU idle is launch-bound.
+    launch = launches.judge(costs, m.device_busy, n_steps)
+    costs = launches.settle(costs, launch)
     total = sum(c.seconds for c in costs)
 
     breakdown = _breakdown(costs, total)
@@ -69,7 +72,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     timeline = _timeline(m, mapping, breakdown)
     rising = steps.trend(durations, cpu)
     growing = _growing_category(timeline, rising, dict(m.cpu_durations)) if rising else None
-    findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command)
+    findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command, launch)
     if findings:
         bottleneck = findings[0].category  # the biggest lever (findings are ordered by what they buy)
     close = margin.close_call(findings, m.per_step, mapping)
@@ -85,7 +88,8 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         findings=findings,
         timeline=timeline,
         lines=_lines(costs, total, n_steps),
-        notes=([close] if close else []) + _notes(m, scope, anchored, loops),
+        notes=[n for n in (close, launch.note() if launch else None) if n]
+        + _notes(m, scope, anchored, loops),
     )
 
 
@@ -209,7 +213,9 @@ def _scope(m: Measurements) -> tuple[Aggregate, str, int]:
     return m.setup, "setup", 1
 
 
-def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=()) -> list[Finding]:
+def _findings(
+    costs, total, n_steps, stats, m, loops, growing, rising, command=(), launch=None
+) -> list[Finding]:
     groups: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     # Which function each line's time was spent in, so advice can name the function to change.
     functions: dict[tuple[str, str], dict[tuple[str | None, str | None], float]] = defaultdict(
@@ -220,11 +226,13 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
     transform = sum(c.seconds for c in costs if (c.category, c.kind) == (DATA, "transform"))
     for cost in costs:
         kind, merged = cost.kind, False
-        if cost.category in _MODEL:
+        model_time = cost.category in _MODEL or cost.kind == launches.LAUNCHES
+        if model_time:
             # The model's own time is one finding, whichever of forward/backward/step it was in.
-            kind = "model"
-            phases[cost.kind] += cost.seconds
-            if cost.kind == "forward" and cost.where is not None:
+            kind = "model" if cost.category in _MODEL else launches.LAUNCHES
+            phase = cost.phase or cost.kind
+            phases[phase] += cost.seconds
+            if phase == "forward" and cost.where is not None:
                 forward_lines[cost.where] += cost.seconds
         elif (cost.category, kind) == (DATA, "loader") and transform >= MIN_SHARE * total:
             # One DataLoader pipeline, one finding, at the user's transform: the sampler sees
@@ -250,19 +258,24 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
         # most of the model's time on a CPU. On a GPU the host waits for queued kernels wherever
         # the step boundary synchronises (the optimizer's line), so the model's heaviest forward
         # line is where its compute originates.
-        cuda_model = category in _MODEL and m.device.kind == "cuda" and forward_lines
+        model_time = category in _MODEL or kind == launches.LAUNCHES
+        cuda_model = model_time and m.device.kind == "cuda" and forward_lines
         pool = forward_lines if cuda_model else by_where
         where = max((w for w in pool if w is not None), key=lambda w: pool[w], default=None)
         function = _function_at(functions[(category, kind)], where)
-        if category == TINY_OPS:
+        if category == TINY_OPS and kind != launches.LAUNCHES:
             where = tiny_ops.batch_site(
                 Context(where, 0.0, 0.0, m.device.kind, function=function, loop=stats.loop)
             )
         grows = category == growing
         if grows and kind == resolve.BATCH_PREPARATION:
             kind = "pool"  # batch preparation that gets slower every step: a growing structure
-        loop = loop_facts.loop_of(loops, function) if category == TINY_OPS else None
+        loop = loop_facts.loop_of(loops, function) if category == TINY_OPS and not model_time else None
         ops = loop.ops_per_step if loop else max((x.ops_per_step for x in loops.values()), default=0.0)
+        if model_time and m.census.counted:  # the model's calls: every call the census saw a step
+            ops = (
+                m.census.library_calls + sum(t.calls for t in m.census.by_function.values())
+            ) / m.census.steps
         growth = rising.ratio if rising else stats.growth
         ctx = Context(
             where,
@@ -277,6 +290,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
             loop=stats.loop,
             command=tuple(command),
             overhead_share=loop_facts.overhead_share(loop),
+            device_busy_share=launch.ratio if launch is not None and model_time else None,
         )
         advice = RULES[category](kind, ctx)
         unit = ctx.unit
@@ -288,7 +302,7 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
         ]
         if where is not None and pool.get(where) and len(by_where) > 1:
             evidence.append(f"{pool[where] / seconds:.0%} of it at {where}")
-        if category in _MODEL:
+        if model_time:
             split = ", ".join(
                 f"{phase} {value / seconds:.0%}"
                 for phase, value in sorted(phases.items(), key=lambda kv: -kv[1])
@@ -296,6 +310,8 @@ def _findings(costs, total, n_steps, stats, m, loops, growing, rising, command=(
             evidence.append(f"split: {split}")
         if loop is not None:
             evidence.append(loop_facts.evidence(loop, unit))
+        if model_time and launch is not None:
+            evidence.append(launch.evidence())
         evidence.extend(
             resolve.device_evidence(category, intensity.judge(m.op_costs, m.device), m.sync_waits, n_steps)
         )
@@ -443,4 +459,9 @@ def _notes(m: Measurements, scope: str, anchored: bool, loops) -> list[str]:
             )
         else:
             notes.append(f"NVML readings unavailable: {nvml.get('reason', 'unknown')}.")
+        if m.device_busy.problem and m.census.counted:
+            notes.append(
+                f"The GPU's own busy time was not measured ({m.device_busy.problem}): a model bound by its "
+                "kernels and one waiting on their launches could not be told apart."
+            )
     return notes

@@ -82,6 +82,9 @@ class Cost:
     where: str | None
     function: str | None
     seconds: float
+    #: The model's phase (forward, backward, optimizer) of a model cost that was relabelled
+    #: (``diagnose/launches.py``): kept for the finding's split.
+    phase: str | None = None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Any
 
 from trainmedic.categories import DATA
 from trainmedic.run.probe.call_floor import CallCost, measure
+from trainmedic.run.probe.device_busy import DeviceBusyProbe
 from trainmedic.run.probe.frames import FrameClassifier
 from trainmedic.run.probe.op_costs import OpCostCounter
 from trainmedic.run.probe.recorder import function_key
@@ -102,6 +103,8 @@ class OpCensus:
         self._torch: Any = None
         #: Set before the census starts to count FLOPs and bytes over the same steps.
         self.costs: OpCostCounter | None = None
+        #: Set before the census starts to time the GPU's busy spans over the same steps.
+        self.busy: DeviceBusyProbe | None = None
 
     @property
     def started(self) -> bool:
@@ -132,6 +135,8 @@ class OpCensus:
                 census._count(sys._getframe(1), func, args, kwargs, out)
                 return out
 
+        if self.busy is not None:  # before the mode: the profiler's own torch calls are nobody's
+            self.busy.start()
         self._mode = _Counting()
         self._mode.__enter__()
         if self.costs is not None:
@@ -208,6 +213,8 @@ class OpCensus:
             mode.__exit__(None, None, None)
         except Exception:  # noqa: BLE001 - the user's code may have left another mode on top
             pass
+        if self.busy is not None:
+            self.busy.stop(self.steps_counted)
 
 
 def _tensors(torch: Any, args: tuple, kwargs: dict | None) -> list[Any]:

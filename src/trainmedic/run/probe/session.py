@@ -15,6 +15,7 @@ from trainmedic.run.probe import device as device_probe
 from trainmedic.run.probe.census import Census, OpCensus
 from trainmedic.run.probe.clock import LOOP, MARKER, StepClock
 from trainmedic.run.probe.collectives import CollectiveStats, CollectiveTimer
+from trainmedic.run.probe.device_busy import DeviceBusy, DeviceBusyProbe
 from trainmedic.run.probe.frames import FrameClassifier
 from trainmedic.run.probe.hooks import TorchHooks
 from trainmedic.run.probe.keras_hooks import KerasHooks
@@ -68,6 +69,9 @@ class Measurements:
     #: The user's own torch calls per function and line, and this machine's call floor
     #: (probe/census.py): what decides tiny_ops, and data from compute in plain user code.
     census: Census = field(default_factory=Census)
+    #: CUDA runs only: the GPU's own busy time over the census steps (probe/device_busy.py),
+    #: which tells a device-bound model from one waiting on its launches.
+    device_busy: DeviceBusy = field(default_factory=DeviceBusy)
 
 
 _active: WatchSession | None = None
@@ -168,6 +172,8 @@ class WatchSession:
         )
         if old.costs is not None:
             self.census.costs = OpCostCounter()
+        if old.busy is not None:
+            self.census.busy = DeviceBusyProbe()
 
     def _start_gpu_measurements(self) -> None:
         # After before_boundary took the unwrapped torch.cuda.synchronize: the step boundary's
@@ -178,6 +184,7 @@ class WatchSession:
         self.sync_timer = SyncWaitTimer(self.classifier, counting=lambda: clock.index >= clock.warmup)
         self.sync_timer.install(torch)
         self.census.costs = OpCostCounter()
+        self.census.busy = DeviceBusyProbe()
 
     def stop(self) -> Measurements:
         global _active
@@ -231,6 +238,7 @@ class WatchSession:
             sync_waits=self.sync_timer.snapshot() if self.sync_timer is not None else SyncWaits(),
             op_costs=self.census.costs.snapshot() if self.census.costs is not None else OpCosts(),
             census=self.census.snapshot(),
+            device_busy=self.census.busy.result if self.census.busy is not None else DeviceBusy(),
         )
         return self._measurements
 

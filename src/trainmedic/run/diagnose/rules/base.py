@@ -32,6 +32,8 @@ class Context:
     #: For a tiny-op loop, the part of its time that is call overhead rather than the calls'
     #: own work (measured against this machine's call floor): what batching the loop removes.
     overhead_share: float | None = None
+    #: On a GPU, the device's busy time over the model's time per step (diagnose/launches.py).
+    device_busy_share: float | None = None
 
     @property
     def unit(self) -> str:
