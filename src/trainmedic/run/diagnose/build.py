@@ -263,6 +263,10 @@ def _findings(
         pool = forward_lines if cuda_model else by_where
         where = max((w for w in pool if w is not None), key=lambda w: pool[w], default=None)
         function = _function_at(functions[(category, kind)], where)
+        items = m.worker_items if (category, kind) == (DATA, "loader") else None
+        if items is not None and items.where:
+            # The workers' time is in the user's code the main process never runs: point there.
+            where, function = items.where, None
         if category == TINY_OPS and kind != launches.LAUNCHES:
             where = tiny_ops.batch_site(
                 Context(where, 0.0, 0.0, m.device.kind, function=function, loop=stats.loop)
@@ -291,6 +295,7 @@ def _findings(
             command=tuple(command),
             overhead_share=loop_facts.overhead_share(loop),
             device_busy_share=launch.ratio if launch is not None and model_time else None,
+            loader_items=items,
         )
         advice = RULES[category](kind, ctx)
         unit = ctx.unit
@@ -312,6 +317,8 @@ def _findings(
             evidence.append(loop_facts.evidence(loop, unit))
         if model_time and launch is not None:
             evidence.append(launch.evidence())
+        if items is not None and items.measured:
+            evidence.append(_items_evidence(items))
         evidence.extend(
             resolve.device_evidence(category, intensity.judge(m.op_costs, m.device), m.sync_waits, n_steps)
         )
@@ -345,6 +352,14 @@ def _findings(
             findings.remove(largest)
             findings.insert(0, largest)
     return findings
+
+
+def _items_evidence(items) -> str:
+    spent = f", {items.share:.0%} of it in {items.function}() at {items.where}" if items.where else ""
+    return (
+        f"{items.num_workers} DataLoader worker(s): one item took {format_seconds(items.seconds_per_item)} "
+        f"fetched in this process after the run ({items.items} items){spent}"
+    )
 
 
 def _function_at(spent: dict[tuple[str | None, str | None], float], where: str | None) -> str | None:

@@ -193,6 +193,9 @@ class FrameClassifier:
             info = self._code_cache[code] = (is_user, family)
         return info
 
+    def is_user_file(self, filename: str) -> bool:
+        return filename in self._user
+
     def where(self, filename: str, lineno: int) -> str:
         key = (filename, lineno)
         text = self._where_cache.get(key)

@@ -26,6 +26,7 @@ from trainmedic.run.probe.sampler import DEFAULT_INTERVAL_S, StackSampler
 from trainmedic.run.probe.source_facts import Sources
 from trainmedic.run.probe.sources import SourceRecorder
 from trainmedic.run.probe.sync_waits import SyncWaits, SyncWaitTimer
+from trainmedic.run.probe.worker_items import ItemProfile, profile_items
 from trainmedic.run.report.model import DeviceInfo
 
 DEFAULT_WARMUP = 3  # step 0 (allocator, autotuning, lazy init) and two op-census steps
@@ -72,6 +73,9 @@ class Measurements:
     #: CUDA runs only: the GPU's own busy time over the census steps (probe/device_busy.py),
     #: which tells a device-bound model from one waiting on its launches.
     device_busy: DeviceBusy = field(default_factory=DeviceBusy)
+    #: A DataLoader with worker processes: one item's cost, fetched here after the run, and the
+    #: user's code it was spent in (probe/worker_items.py); None without such a loader.
+    worker_items: ItemProfile | None = None
 
 
 _active: WatchSession | None = None
@@ -206,6 +210,12 @@ class WatchSession:
         if self.nvml is not None:
             self.nvml.stop()
         self.recorder.close()
+        worker_items = None
+        if self.sources.worker_loader is not None and self.clock.index > self.clock.warmup:
+            # After the sampler stopped and the hooks came off: none of this is the script's time.
+            dataset, workers, batch = self.sources.worker_loader
+            worker_items = profile_items(dataset, self.classifier, workers, batch)
+        self.sources.worker_loader = None  # the dataset is the script's to free
         with _active_lock:
             if _active is self:
                 _active = None
@@ -239,6 +249,7 @@ class WatchSession:
             op_costs=self.census.costs.snapshot() if self.census.costs is not None else OpCosts(),
             census=self.census.snapshot(),
             device_busy=self.census.busy.result if self.census.busy is not None else DeviceBusy(),
+            worker_items=worker_items,
         )
         return self._measurements
 

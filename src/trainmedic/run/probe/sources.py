@@ -82,6 +82,9 @@ class SourceRecorder:
         self._zarr: dict[str, list] = {}
         self._datasets: list[DatasetUse] = []
         self._loaders: list[LoaderUse] = []
+        #: The first DataLoader with worker processes: its dataset (held until the session ends,
+        #: for probe/worker_items.py), workers and batch size. Training loaders are built first.
+        self.worker_loader: tuple[Any, int, int | None] | None = None
         self._sa_listener: tuple[Any, Any] | None = None
 
     def install(self) -> None:
@@ -346,6 +349,8 @@ class SourceRecorder:
         )
         if use not in self._datasets and len(self._datasets) < MAX_FILES:
             self._datasets.append(use)
+        if use.num_workers > 0 and self.worker_loader is None:
+            self.worker_loader = (dataset, use.num_workers, batch_size)
 
     def _hook_trainmedic_data(self, module: Any) -> None:
         original = module.load

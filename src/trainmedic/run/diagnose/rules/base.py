@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainmedic.run.probe.source_facts import Sources
+from trainmedic.run.probe.worker_items import ItemProfile
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Context:
     overhead_share: float | None = None
     #: On a GPU, the device's busy time over the model's time per step (diagnose/launches.py).
     device_busy_share: float | None = None
+    #: A DataLoader with worker processes: one item's cost and the user's code it is spent in.
+    loader_items: ItemProfile | None = None
 
     @property
     def unit(self) -> str:

@@ -7,13 +7,18 @@ that serves the same data from memory (``diagnose/suggest.py``); a script alread
 
 from __future__ import annotations
 
+import math
+
 from trainmedic.run.diagnose.rules.base import Advice, Context, at, is_keras
 from trainmedic.run.diagnose.suggest import Suggestion, suggest
+from trainmedic.units import format_seconds
 
 
 def advise(kind: str, ctx: Context) -> Advice:
     if kind == "loader" and ctx.sources is not None and ctx.sources.loaders:
         return _tiered(ctx)
+    if kind == "loader" and ctx.loader_items is not None and ctx.loader_items.measured:
+        return _workers(ctx)
     advice = _advise(kind, ctx)
     suggestion = suggest(kind, ctx.sources, ctx.device)
     if suggestion is None:
@@ -78,6 +83,50 @@ def _tiered(ctx: Context) -> Advice:
     return Advice(f"Waiting for trainmedic.data batches (tier {use.tier}){at(ctx)}", fix, factor)
 
 
+#: What a fix of a worker-bound loader is credited with at most (the wait need not reach zero).
+WORKERS_MAX_FACTOR = 20.0
+#: Per-sample CPU work in the pipeline moved off the loop, vectorised or cached.
+PIPELINE_FACTOR = 4.0
+
+
+def _workers(ctx: Context) -> Advice:
+    """A DataLoader whose worker processes cannot keep up with the step (probe/worker_items.py)."""
+    items = ctx.loader_items
+    assert items is not None
+    workers, batch_s = items.num_workers, items.seconds_per_batch
+    wait = ctx.seconds_per_step
+    rest = max(ctx.step_median_s - wait, 1e-6)  # the step without the wait
+    needed = max(workers + 1, math.ceil(batch_s / rest))
+    usable = max(workers, items.cores - 1)  # a core stays with the training process
+    raised = min(needed, usable)
+    left = max(0.0, batch_s / raised - rest)
+    factor = min(WORKERS_MAX_FACTOR, wait / left) if left > 0 else WORKERS_MAX_FACTOR
+    if raised == workers:
+        factor = PIPELINE_FACTOR  # no more workers to add: what a cheaper transform buys
+    code = (
+        f"{items.function}() at {items.where}" if items.where else "the dataset's __getitem__ and transforms"
+    )
+    plural = "s" if workers != 1 else ""
+    if raised > workers:
+        more = (
+            f"Raise `num_workers` from {workers} to {raised} (about {needed} would hide it"
+            + (f"; this process may use {items.cores} cores" if needed > usable else "")
+            + "), with `persistent_workers=True`, or "
+        )
+    else:
+        more = (
+            f"More workers cannot help here (this process may use {items.cores} cores, one of them "
+            "the training loop's): "
+        )
+    return Advice(
+        f"The DataLoader's {workers} worker{plural} cannot keep up{at(ctx)}",
+        f"Each batch takes a worker about {format_seconds(batch_s)} ({format_seconds(items.seconds_per_item)} "
+        f"an item, {items.share:.0%} of it in {code}), so the step waits for it. {more}"
+        f"make {code} cheaper: vectorise it over the batch, or precompute it once and cache the result.",
+        factor=max(factor, 1.0),
+    )
+
+
 def _advise(kind: str, ctx: Context) -> Advice:
     if kind in ("hdf5", "zarr", "disk"):
         # Seed 000: 37 s/step reading HDF5 per batch -> 0.46 s/step once the file sat in RAM.
@@ -129,14 +178,14 @@ def _advise(kind: str, ctx: Context) -> Advice:
             "Move the per-sample work off the training step: vectorise it over the batch, or "
             "precompute it once and cache the result; or let Keras prepare batches ahead on the free "
             "cores with `super().__init__(workers=N, use_multiprocessing=True)` in your PyDataset.",
-            factor=4.0,
+            factor=PIPELINE_FACTOR,
         )
     return Advice(
         f"CPU work in the data pipeline ({kind or 'transforms'}){at(ctx)}",
         "Move the per-sample work off the training loop: `DataLoader(..., num_workers=N, "
         "persistent_workers=True, pin_memory=True)` with N up to the free cores, or vectorise "
         "it over the batch, or precompute it once and cache the result.",
-        factor=4.0,
+        factor=PIPELINE_FACTOR,
     )
 
 
