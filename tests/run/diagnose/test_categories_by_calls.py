@@ -17,8 +17,11 @@ STEPS = 40
 FLOOR = CallCost("cpu", floor_s=2e-6, byte_s=1e-10, flop_s=1e-11)
 
 
-def tally(calls: int, grad: int = 0, work_per_call: float = 1e-8) -> CallTally:
-    return CallTally(calls, grad, work_per_call * calls, FLOOR.floor_s * calls)
+def tally(
+    calls: int, grad: int = 0, work_per_call: float = 1e-8, grad_work_per_call: float | None = None
+) -> CallTally:
+    grad_work = work_per_call if grad_work_per_call is None else grad_work_per_call
+    return CallTally(calls, grad, work_per_call * calls, FLOOR.floor_s * calls, grad_work * grad)
 
 
 def census(by_function=None, by_line=None, steps=2) -> Census:
@@ -246,3 +249,29 @@ def test_a_dataloaders_time_is_one_finding_at_the_users_transform(completed, mea
     top = report.findings[0]
     assert (top.category, top.kind, top.where) == ("data", "transform", "main.py:82")
     assert top.share == pytest.approx(0.62)
+
+
+def test_a_pool_of_detached_outputs_is_data_and_its_growth_a_pool(completed, measure):
+    # pytorch/examples' vae with `seen = torch.cat([seen, recon_batch.detach()])` every step:
+    # the .detach() touches the model's output and does nothing; the cat copies the whole pool.
+    # It read as "compute/user code", 64 % of the model's time, grown 1.5x: "healthy, ×1.2".
+    train = "main.py:95:train"
+    grow = [0.3 + 0.6 * i / STEPS for i in range(STEPS)]
+    lines = {
+        ("compute", "forward", "main.py:101", train): 0.2 * STEPS,
+        ("compute", "backward", "main.py:105", train): 0.3 * STEPS,
+        (AFTER_MODEL, "", "main.py:104", train): sum(grow),
+    }
+    per_step = [
+        (i, [g if slot == AFTER_MODEL else 0.5 * (slot == "compute") for slot in SLOTS])
+        for i, g in enumerate(grow)
+    ]
+    durations = [0.5 + g for g in grow]
+    # detach: one call on a grad tensor, no bytes of its own; cat: one call, the pool's bytes
+    cat_line = tally(4, grad=2, work_per_call=5e-3, grad_work_per_call=0.0)
+    c = census({train: cat_line}, {"main.py:104": cat_line})
+    m = measure(lines, durations, per_step=per_step, cpu_durations=durations)
+    report = diagnose(with_census(m, c), ["main.py"], completed)
+    top = report.findings[0]
+    assert (top.category, top.kind, top.where) == ("data", "pool", "main.py:104")
+    assert "grew" in top.evidence

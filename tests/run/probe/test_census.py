@@ -115,3 +115,19 @@ def test_the_call_floor_is_measured_on_this_machine():
     assert cost.byte_s > 0 and cost.flop_s > 0
     # A kilobyte is below the floor; a 64 MiB copy is far above it, on any machine.
     assert cost.work_s(1024, 0) < cost.floor_s < cost.work_s(64 << 20, 0)
+
+
+def test_detaching_a_model_output_is_not_work_on_the_model():
+    model = nn.Linear(64, 256)
+    x = torch.randn(32, 64)
+    pool = [torch.zeros(0, 256)]
+
+    def step():
+        out = model(x)
+        pool[0] = torch.cat([pool[0], out.detach()])  # a growing pool of detached outputs
+
+    census = run_steps(step).census
+    line = str(step.__code__.co_firstlineno + 2)
+    (tally,) = [t for where, t in census.by_line.items() if where.endswith(f":{line}")]
+    assert tally.grad_calls == census.steps  # the detach touched a tensor that requires grad ...
+    assert tally.grad_work_s == 0 < tally.work_s  # ... and did none of the line's work: the cat did

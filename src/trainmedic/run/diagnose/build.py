@@ -271,7 +271,10 @@ def _findings(
             where = tiny_ops.batch_site(
                 Context(where, 0.0, 0.0, m.device.kind, function=function, loop=stats.loop)
             )
-        grows = category == growing
+        # The growth is the pool's when the category has one (its loader did not grow with it).
+        grows = category == growing and (
+            kind == resolve.BATCH_PREPARATION or (category, resolve.BATCH_PREPARATION) not in groups
+        )
         if grows and kind == resolve.BATCH_PREPARATION:
             kind = "pool"  # batch preparation that gets slower every step: a growing structure
         loop = loop_facts.loop_of(loops, function) if category == TINY_OPS and not model_time else None

@@ -51,6 +51,8 @@ from trainmedic.run.probe.sync_waits import SyncWaits
 from trainmedic.units import format_seconds
 
 TINY_MIN_OPS = 100
+#: Plain user code is compute when at least this share of its calls' work touched grad tensors.
+GRAD_WORK_SHARE = 0.5
 #: When the steps are iterations of a loop the run repeats (no step of its own, probe/loops.py),
 #: one step is one sample of a per-sample loop: seed 001 made 15 calls a sample, 70,000 a batch.
 TINY_MIN_OPS_PER_ITERATION = 10
@@ -236,8 +238,10 @@ def enclosing_function(function: str) -> str:
 
 
 def _of(tally: CallTally) -> tuple[str, str]:
-    if tally.grad_calls:
-        return COMPUTE, "user code"  # it works on the model's tensors: a loss, an update
+    # Work on the model's tensors (a loss, an update) is compute; a line that only detaches them
+    # and does its work elsewhere (vae's `torch.cat([seen, recon.detach()])` pool) is not.
+    if tally.grad_calls and tally.grad_work_s >= GRAD_WORK_SHARE * tally.work_s:
+        return COMPUTE, "user code"
     return DATA, BATCH_PREPARATION
 
 

@@ -54,12 +54,17 @@ class CallTally:
     work_s: float = 0.0
     #: What starting them costs at this machine's floor, one per call.
     floor_s: float = 0.0
+    #: The part of ``work_s`` done by the calls that touched a tensor requiring grad (a
+    #: ``.detach()`` touches one and does nothing; the ``torch.cat`` after it does the work).
+    grad_work_s: float = 0.0
 
     def add(self, touches_grad: bool, work_s: float, floor_s: float) -> None:
         self.calls += 1
         self.grad_calls += touches_grad
         self.work_s += work_s
         self.floor_s += floor_s
+        if touches_grad:
+            self.grad_work_s += work_s
 
     @property
     def overhead_bound(self) -> bool:
@@ -160,7 +165,7 @@ class OpCensus:
             return
         tensors = _tensors(self._torch, args, kwargs)
         cost = self.floors.get(_device(tensors)) or self.floors["cpu"]
-        work = cost.work_s(_moved(self._torch, tensors, out), _flops(self._torch, func, args, out))
+        work = cost.work_s(_moved(self._torch, func, tensors, out), _flops(self._torch, func, args, out))
         touches_grad = any(t.requires_grad for t in tensors)
         code = frame.f_code
         where = self.classifier.where(code.co_filename, frame.f_lineno or 0)
@@ -232,7 +237,7 @@ def _device(tensors: list[Any]) -> str:
     return tensors[0].device.type if tensors else "cpu"
 
 
-def _moved(torch: Any, tensors: list[Any], out: Any) -> float:
+def _moved(torch: Any, func: Any, tensors: list[Any], out: Any) -> float:
     """Bytes a call reads and writes; a view writes nothing and reads nothing of its own."""
     outs = (
         [out]
@@ -241,12 +246,21 @@ def _moved(torch: Any, tensors: list[Any], out: Any) -> float:
         if isinstance(out, (list, tuple))
         else []
     )
-    if outs and all(o._is_view() for o in outs):
-        return 0.0
+    in_place = getattr(func, "__name__", "").endswith("_")  # add_, copy_: work written in place
+    if outs and all(o._is_view() or (not in_place and _aliases(o, tensors)) for o in outs):
+        return 0.0  # a view, or a .detach(): the same memory under another name
     try:
         return float(sum(t.nbytes for t in tensors) + sum(o.nbytes for o in outs))
     except (RuntimeError, NotImplementedError):  # sparse, nested or meta tensors: no byte count
         return 0.0
+
+
+def _aliases(out: Any, tensors: list[Any]) -> bool:
+    try:
+        ptr = out.data_ptr()
+        return ptr != 0 and any(t.data_ptr() == ptr for t in tensors)
+    except (RuntimeError, NotImplementedError):
+        return False
 
 
 def _flops(torch: Any, func: Any, args: tuple, out: Any) -> float:
