@@ -106,14 +106,15 @@ def _timed(dataset: Any, indices: list[int]) -> tuple[int, float]:
 def _innermost_holder(profiler: cProfile.Profile, classifier: FrameClassifier) -> tuple[Any, float] | None:
     """The user's function with the least cumulative time among those holding ``HOLDS`` of it all."""
     entries = [e for e in profiler.getstats() if not isinstance(e.code, str)]
-    total = max((e.totaltime for e in entries if e.code.co_name == "_timed"), default=0.0)
+    timed = _timed.__code__
+    total = max((e.totaltime for e in entries if e.code is timed), default=0.0)
     if total <= 0:
         return None
     holders = [
         e
         for e in entries
         if e.totaltime >= HOLDS * total
-        and e.code.co_name != "_timed"
+        and e.code is not timed
         and classifier.is_user_file(e.code.co_filename)
     ]
     if not holders:
