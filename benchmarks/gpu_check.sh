@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# trainmedic run's GPU checks in one go, for a lent CUDA machine with no network (results to $OUT):
+# trainmedic run's GPU checks in one go, for a CUDA machine with no network (results to $OUT):
 # the wild corpus's CUDA cases (benchmarks/wild.py --device cuda, from trees exported beforehand
 # with `python benchmarks/wild.py --device cuda --export-trees benchmarks/wild/trees`), the sync
 # scenario's ablation (its step time with and without the per-micro-batch .item()), and the
