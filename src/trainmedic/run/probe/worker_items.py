@@ -18,7 +18,7 @@ from __future__ import annotations
 import cProfile
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainmedic.run.probe.frames import FrameClassifier
@@ -63,9 +63,9 @@ def profile_items(
         length = len(dataset)
         dataset.__getitem__  # noqa: B018 - a map-style dataset, or nothing to fetch
     except (TypeError, AttributeError, NotImplementedError):
-        return _with(empty, problem="an iterable dataset: no item to fetch outside its workers")
+        return replace(empty, problem="an iterable dataset: no item to fetch outside its workers")
     if length <= 0:
-        return _with(empty, problem="an empty dataset")
+        return replace(empty, problem="an empty dataset")
     indices = [i * length // MAX_ITEMS for i in range(min(MAX_ITEMS, length))]
     try:
         items, seconds = _timed(dataset, indices)
@@ -76,13 +76,13 @@ def profile_items(
         finally:
             profiler.disable()
     except Exception as exc:  # noqa: BLE001 - the user's dataset, outside its worker
-        return _with(empty, problem=f"fetching an item here raised {type(exc).__name__}: {exc}")
+        return replace(empty, problem=f"fetching an item here raised {type(exc).__name__}: {exc}")
     per_item = seconds / items
     found = _innermost_holder(profiler, classifier)
     if found is None:
-        return _with(empty, items=items, seconds_per_item=per_item)
+        return replace(empty, items=items, seconds_per_item=per_item)
     code, share = found
-    return _with(
+    return replace(
         empty,
         items=items,
         seconds_per_item=per_item,
@@ -121,12 +121,6 @@ def _innermost_holder(profiler: cProfile.Profile, classifier: FrameClassifier) -
         return None
     inner = min(holders, key=lambda e: e.totaltime)
     return inner.code, inner.totaltime / total
-
-
-def _with(profile: ItemProfile, **changes: Any) -> ItemProfile:
-    from dataclasses import replace
-
-    return replace(profile, **changes)
 
 
 def _cores() -> int:
