@@ -49,3 +49,45 @@ def test_cpu_time_per_step_is_kept_beside_wall_time():
     for t, cpu in [(0.0, 10.0), (1.0, 10.5), (2.0, 10.7)]:
         clock.boundary(OPTIMIZER, now=t, cpu_now=cpu)
     assert clock.cpu_durations.items() == [(0, 0.5), (1, pytest.approx(0.2))]
+
+
+class FakeTime:
+    """perf_counter and process_time, set by the test (wall at twice the CPU's pace)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def process_time(self) -> float:
+        return self.now / 2
+
+
+def test_the_model_part_of_a_step_runs_from_its_first_timed_anchor_to_its_end(monkeypatch):
+    import trainmedic.run.probe.clock as clock_module
+
+    fake = FakeTime()
+    monkeypatch.setattr(clock_module, "time", fake)
+    clock = StepClock(warmup=1)
+    for start in (0.0, 1.0, 2.0, 3.0):
+        fake.now = start
+        clock.boundary(OPTIMIZER)
+        fake.now = start + 0.25
+        clock.anchor()  # the sampler noticing the model: untimed, it says nothing of when it began
+        fake.now = start + 0.5
+        clock.anchor(timed=True)  # the root model's forward pre-hook
+        fake.now = start + 0.75
+        clock.anchor(timed=True)  # loss.backward(): the model part began earlier
+    fake.now = 4.0
+    clock.boundary(OPTIMIZER)
+    assert [d for _, d in clock.durations.items()] == [1.0, 1.0, 1.0]
+    assert clock.model_durations.items() == [(1, (0.5, 0.25)), (2, (0.5, 0.25)), (3, (0.5, 0.25))]
+
+
+def test_a_step_with_no_timed_anchor_has_no_model_part():
+    clock = StepClock(warmup=0)
+    clock.boundary(OPTIMIZER, now=0.0)
+    clock.anchor()
+    clock.boundary(OPTIMIZER, now=1.0)
+    assert len(clock.durations) == 1 and len(clock.model_durations) == 0

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from trainmedic._version import __version__
 from trainmedic.categories import CATEGORIES, COMPUTE, DATA, MEMORY_BANDWIDTH, TINY_OPS
-from trainmedic.run.diagnose import amdahl, intensity, launches, loop_facts, margin, notes, resolve, steps
+from trainmedic.run.diagnose import amdahl, growth, intensity, launches, loop_facts, margin, notes, resolve, steps
 from trainmedic.run.diagnose.memory import memory_notes
 from trainmedic.run.diagnose.rules import RULES, Context, tiny_ops
 from trainmedic.run.probe.clock import LOOP
@@ -71,7 +71,14 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     mapping = resolve.slot_mapping(costs)
     timeline = _timeline(m, mapping, breakdown)
     rising = steps.trend(durations, cpu)
-    growing = _growing_category(timeline, rising, dict(m.cpu_durations)) if rising else None
+    grown = (
+        growth.attribute(
+            timeline, rising, dict(m.cpu_durations), dict(m.per_step), mapping, dict(m.model_durations)
+        )
+        if rising
+        else None
+    )
+    growing = grown.category if grown else None
     findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command, launch)
     if findings:
         bottleneck = findings[0].category  # the biggest lever (findings are ordered by what they buy)
@@ -88,7 +95,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         findings=findings,
         timeline=timeline,
         lines=_lines(costs, total, n_steps),
-        notes=[n for n in (close, launch.note() if launch else None) if n]
+        notes=[n for n in (close, launch.note() if launch else None, grown.note() if grown else None) if n]
         + notes.run_notes(m, scope, anchored, loops),
     )
 
@@ -243,14 +250,14 @@ def _findings(
             ops = (
                 m.census.library_calls + sum(t.calls for t in m.census.by_function.values())
             ) / m.census.steps
-        growth = rising.ratio if rising else stats.growth
+        rise = rising.ratio if rising else stats.growth
         ctx = Context(
             where,
             seconds / n_steps,
             stats.median_s,
             m.device.kind,
             ops,
-            growth,
+            rise,
             m.sources,
             function,
             step_source=m.step_source,
@@ -348,25 +355,6 @@ def _timeline(m: Measurements, mapping, breakdown) -> list[TimelinePoint]:
             TimelinePoint(index, round(duration, 6), {c: round(s * duration, 6) for c, s in shares.items()})
         )
     return points
-
-
-def _growing_category(
-    timeline: list[TimelinePoint], rising: steps.Trend, cpu_by_step: dict[int, float]
-) -> str | None:
-    """The category whose seconds per step grew most, on the clock that showed the trend."""
-
-    def seconds(point: TimelinePoint, category: str) -> float:
-        if rising.measure == "step time" or point.seconds <= 0:
-            return point.categories[category]
-        # The step's category shares, applied to its CPU time instead of its wall time.
-        return point.categories[category] / point.seconds * cpu_by_step.get(point.step, 0.0)
-
-    best, best_delta = None, 0.0
-    for category in CATEGORIES:
-        first, last = steps.quarters([seconds(p, category) for p in timeline])
-        if last - first > best_delta:
-            best, best_delta = category, last - first
-    return best
 
 
 def _lines(costs, total, n_steps) -> list[LineCost]:

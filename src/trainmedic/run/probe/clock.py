@@ -54,6 +54,12 @@ class StepClock:
         #: longer because a neighbour took the CPU is not a step that does more work.
         self.cpu_durations: Decimator[float] = Decimator(capacity)
         self.last_cpu_t: float | None = None
+        #: Wall and CPU seconds from the step's first forward (or backward, or optimizer step) to
+        #: its end, as the torch hooks saw it, same indices as ``durations``: the model's part of
+        #: the step, timed exactly, which tells a step whose batch preparation grew from a
+        #: machine that slowed under all of it (diagnose/growth.py).
+        self.model_durations: Decimator[tuple[float, float]] = Decimator(capacity)
+        self._model_began: tuple[float, float] | None = None
         self.warmup_durations: list[float] = []
         #: Called on each boundary with the new step index (the op census uses it).
         self.listeners: list[Callable[[int], None]] = []
@@ -83,12 +89,16 @@ class StepClock:
                 self.cpu_durations.add(
                     self.index, cpu - (self.last_cpu_t if self.last_cpu_t is not None else cpu)
                 )
+                if self._model_began is not None:
+                    began_t, began_cpu = self._model_began
+                    self.model_durations.add(self.index, (t - began_t, cpu - began_cpu))
             else:
                 self.warmup_durations.append(duration)
             self.index += 1
             self.last_boundary_t = t
         self.last_cpu_t = cpu
         self.anchored = False
+        self._model_began = None
         for listener in self.listeners:
             listener(self.index)
         if self.max_steps is not None and self.index - self.steady_from >= self.max_steps:
@@ -98,8 +108,12 @@ class StepClock:
         """Count again from step 0 with ``source`` (a loop clock moving to another loop)."""
         self._restart(source, time.perf_counter())
 
-    def anchor(self) -> None:
+    def anchor(self, timed: bool = False) -> None:
+        """The step's model work has begun. ``timed``: called on the training thread as it
+        begins (a hook, not the sampler noticing it later), so the time is the model's start."""
         self.anchored = True
+        if timed and self._model_began is None:
+            self._model_began = (time.perf_counter(), time.process_time())
 
     def _restart(self, source: str, t: float) -> None:
         if self.source is not None:
@@ -109,4 +123,6 @@ class StepClock:
         self.first_boundary_t = self.last_boundary_t = t
         self.durations.clear()
         self.cpu_durations.clear()
+        self.model_durations.clear()
+        self._model_began = None
         self.warmup_durations.clear()

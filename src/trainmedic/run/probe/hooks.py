@@ -80,7 +80,7 @@ class TorchHooks:
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._optimizer_id is None or self._optimizer_id == id(optimizer):
-            self.clock.anchor()
+            self.clock.anchor(timed=True)
 
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # With several optimizers (a GAN), the first one seen marks the steps.
@@ -116,7 +116,7 @@ class TorchHooks:
         clock = self.clock
 
         def anchored(*args: Any, **kwargs: Any) -> Any:
-            clock.anchor()
+            clock.anchor(timed=True)
             return original(*args, **kwargs)
 
         anchored.__wrapped__ = original  # type: ignore[attr-defined]
@@ -146,7 +146,7 @@ class TorchHooks:
                 self._handles.append(module.register_forward_pre_hook(self._on_forward))
 
     def _on_forward(self, module: Any, args: Any) -> None:
-        self.clock.anchor()
+        self.clock.anchor(timed=True)
         if len(self.batch_sizes) < 4 and sum(self.batch_sizes.values()) < 32 and args:
             shape = getattr(args[0], "shape", None)
             if shape:

@@ -76,6 +76,9 @@ class Measurements:
     #: A DataLoader with worker processes: one item's cost, fetched here after the run, and the
     #: user's code it was spent in (probe/worker_items.py); None without such a loader.
     worker_items: ItemProfile | None = None
+    #: Per steady step, wall and CPU seconds from the model's first call to the step's end
+    #: (probe/clock.py): the exact split of a step into its batch preparation and its model.
+    model_durations: list[tuple[int, tuple[float, float]]] = field(default_factory=list)
 
 
 _active: WatchSession | None = None
@@ -230,6 +233,7 @@ class WatchSession:
             durations=clock.durations.items(),
             warmup_durations=list(clock.warmup_durations),
             cpu_durations=clock.cpu_durations.items(),
+            model_durations=clock.model_durations.items(),
             steady=recorder.steady,
             warm=recorder.warm,
             setup=recorder.setup,

@@ -1,0 +1,122 @@
+"""Which part of a step that keeps getting slower did the growing.
+
+A step can get slower because the code does more each step (seed 004's pool, re-concatenated
+as it grows) or because the machine slowed down under it (a neighbour on a shared host takes
+half a core mid-run). On a virtual machine both show on both clocks: the host's contention
+stretches the process's own CPU time per step as well as its wall time. What tells them apart
+is the rest of the step: a growing pool leaves the model's forward and backward as they were,
+a machine that slows stretches every part alike. So a category grows only when it grew clearly
+more than the rest of the step did; otherwise the report says the whole step slowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainmedic.categories import CATEGORIES
+from trainmedic.run.diagnose import steps
+from trainmedic.run.probe.recorder import SLOTS
+from trainmedic.run.report.model import TimelinePoint
+
+#: The rest of the step may grow by at most this fraction of the category's own growth: a pool
+#: that grows 1.6x beside a model that stays put gives 1.0x; a slowed machine 1.6x for both.
+REST_SHARE_OF_GROWTH = 0.5
+#: Below this share of the first quarter's step the rest is too small to be measured apart.
+MIN_REST_SHARE = 0.03
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What grew in a step that kept getting slower."""
+
+    #: The category whose seconds per step grew most; None when the whole step slowed alike.
+    category: str | None
+    #: The clock that showed the trend (``steps.Trend.measure``).
+    measure: str
+    #: The part of the step that grew most and the rest of it: a name and its last-quarter
+    #: over first-quarter mean seconds per step.
+    grown: tuple[str, float]
+    rest: tuple[str, float] | None
+
+    def note(self) -> str | None:
+        """What the report says when the step grew but no one part of it did."""
+        if self.category is not None:
+            return None
+        part, ratio = self.grown
+        if self.rest is None:
+            return (
+                f"The {self.measure} grew {ratio:.2f}x over the run, but {part} holds nearly all of the "
+                "step, so a machine that slowed down cannot be told from code that does more each step; "
+                "no finding claims growth. Rerun on an idle machine to tell."
+            )
+        other, other_ratio = self.rest
+        return (
+            f"The {self.measure} grew over the run, but every part of the step slowed alike ({part} "
+            f"{ratio:.2f}x, {other} {other_ratio:.2f}x): the machine slowed down, not the code; no "
+            "finding claims growth."
+        )
+
+
+def attribute(
+    timeline: list[TimelinePoint],
+    rising: steps.Trend,
+    cpu_by_step: dict[int, float],
+    per_step: dict[int, list[float]],
+    mapping: dict[str, dict[str, float]],
+    model_by_step: dict[int, tuple[float, float]] | None = None,
+) -> Growth | None:
+    """The category whose seconds per step grew most, on the clock that showed the trend, when
+    its part of the step grew on its own (None when no category's seconds rose at all).
+
+    The parts are the batch's preparation and the model's forward-to-step, timed exactly by the
+    hooks (``model_by_step``, wall and CPU seconds) where they saw most steps; otherwise the
+    sampled slots that resolved into the category and the ones that resolved into none of it (a
+    slot shared with it, user code split into a pool and its per-row draw, grows with it by
+    construction and says nothing about the machine).
+    """
+    cpu_clock = rising.measure != "step time"
+
+    def clock(point: TimelinePoint) -> float:
+        return cpu_by_step.get(point.step, 0.0) if cpu_clock and point.seconds > 0 else point.seconds
+
+    def seconds(point: TimelinePoint, category: str) -> float:
+        # The step's category shares, applied to the clock that showed the trend.
+        return point.categories[category] / point.seconds * clock(point) if point.seconds > 0 else 0.0
+
+    quarters = {c: steps.quarters([seconds(p, c) for p in timeline]) for c in CATEGORIES}
+    best, best_delta = None, 0.0
+    for category, (first, last) in quarters.items():
+        if last - first > best_delta:
+            best, best_delta = category, last - first
+    if best is None:
+        return None
+    timed = model_by_step or {}
+    if sum(p.step in timed for p in timeline) >= 0.75 * len(timeline):
+        model = [timed[p.step][cpu_clock] if p.step in timed else None for p in timeline]
+        known = [(clock(p), m) for p, m in zip(timeline, model) if m is not None]
+        parts = {
+            "the batch's preparation": [max(c - m, 0.0) for c, m in known],
+            "the model's forward to optimizer step": [m for _, m in known],
+        }
+    else:
+        apart = [i for i, slot in enumerate(SLOTS) if not mapping.get(slot, {}).get(best)]
+
+        def rest(point: TimelinePoint) -> float:
+            slots = per_step.get(point.step)
+            sampled = sum(slots) if slots else 0.0
+            if sampled <= 0:  # a step shorter than the sampling interval: the run's own split
+                return clock(point) - seconds(point, best)
+            return sum(slots[i] for i in apart) / sampled * clock(point)
+
+        parts = {best: [seconds(p, best) for p in timeline], "the rest of the step": [rest(p) for p in timeline]}
+    (grown, (g_first, g_last)), (other, (o_first, o_last)) = sorted(
+        ((name, steps.quarters(series)) for name, series in parts.items()),
+        key=lambda item: item[1][1] - item[1][0],
+        reverse=True,
+    )
+    ratio = g_last / g_first if g_first > 0 else float("inf")
+    if o_first < MIN_REST_SHARE * (g_first + o_first):
+        return Growth(None, rising.measure, (grown, ratio), None)
+    other_ratio = o_last / o_first
+    alone = other_ratio - 1.0 <= REST_SHARE_OF_GROWTH * (ratio - 1.0)
+    return Growth(best if alone else None, rising.measure, (grown, ratio), (other, other_ratio))
