@@ -28,8 +28,34 @@ def transform_then_model(before: list[float], model: list[float]) -> tuple[dict,
 #: Step times (ms) of tests/scenarios/data_transform.py's constant-work transform on a shared
 #: 2-vCPU VM whose host got busy at step 12: wall and CPU time per step both rose 1.6x.
 SLOWED_HOST_MS = [
-    87, 91, 90, 91, 90, 91, 95, 93, 122, 85, 87, 99, 140, 149,
-    150, 150, 146, 141, 152, 150, 137, 128, 139, 148, 152, 153, 147, 152,
+    87,
+    91,
+    90,
+    91,
+    90,
+    91,
+    95,
+    93,
+    122,
+    85,
+    87,
+    99,
+    140,
+    149,
+    150,
+    150,
+    146,
+    141,
+    152,
+    150,
+    137,
+    128,
+    139,
+    148,
+    152,
+    153,
+    147,
+    152,
 ]
 
 
@@ -102,8 +128,13 @@ def test_categories_that_share_the_growing_slot_are_not_the_rest_of_the_step():
     for i in range(STEPS):
         before, model = 0.02 + 0.002 * i, 0.015
         total = before + model
-        timeline.append(point(i, total, {"data": 0.8 * before / total, "tiny_ops": 0.2 * before / total,
-                                         "compute": model / total}))
+        timeline.append(
+            point(
+                i,
+                total,
+                {"data": 0.8 * before / total, "tiny_ops": 0.2 * before / total, "compute": model / total},
+            )
+        )
         slots = [0.0] * len(SLOTS)
         slots[SLOTS.index(BEFORE_MODEL)], slots[SLOTS.index("compute")] = before, model
         per_step[i] = slots

@@ -7,7 +7,17 @@ from collections import defaultdict
 
 from trainmedic._version import __version__
 from trainmedic.categories import CATEGORIES, COMPUTE, DATA, MEMORY_BANDWIDTH, TINY_OPS
-from trainmedic.run.diagnose import amdahl, growth, intensity, launches, loop_facts, margin, notes, resolve, steps
+from trainmedic.run.diagnose import (
+    amdahl,
+    growth,
+    intensity,
+    launches,
+    loop_facts,
+    margin,
+    notes,
+    resolve,
+    steps,
+)
 from trainmedic.run.diagnose.memory import memory_notes
 from trainmedic.run.diagnose.rules import RULES, Context, tiny_ops
 from trainmedic.run.probe.clock import LOOP

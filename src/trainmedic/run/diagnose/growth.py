@@ -108,7 +108,10 @@ def attribute(
                 return clock(point) - seconds(point, best)
             return sum(slots[i] for i in apart) / sampled * clock(point)
 
-        parts = {best: [seconds(p, best) for p in timeline], "the rest of the step": [rest(p) for p in timeline]}
+        parts = {
+            best: [seconds(p, best) for p in timeline],
+            "the rest of the step": [rest(p) for p in timeline],
+        }
     (grown, (g_first, g_last)), (other, (o_first, o_last)) = sorted(
         ((name, steps.quarters(series)) for name, series in parts.items()),
         key=lambda item: item[1][1] - item[1][0],
