@@ -10,13 +10,10 @@ from rich.console import Console
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from trainmedic._version import __version__
-from trainmedic.cli import demo as demo_command
-from trainmedic.cli import lint as lint_command
-from trainmedic.cli import plan as plan_command
-from trainmedic.cli import preflight as preflight_command
-from trainmedic.cli import tune as tune_command
-from trainmedic.cli.run import run_target
 from trainmedic.cli.run_options import RunOptions
+
+# Each command imports its own module when it runs: `trainmedic lint` never loads the watch,
+# `trainmedic run` never loads the planner (hundreds of milliseconds before any work otherwise).
 
 app = typer.Typer(
     name="trainmedic",
@@ -92,6 +89,8 @@ def run(
     options = RunOptions(
         name, args, module is not None, steps, json_path, html_path, warmup, interval_ms / 1000, quiet, nproc
     )
+    from trainmedic.cli.run import run_target
+
     raise typer.Exit(run_target(options, _stderr()))
 
 
@@ -102,6 +101,8 @@ def demo(
     json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Also write the JSON report."),
 ) -> None:
     """Diagnose an embedded, deliberately starved training loop (no data or GPU needed)."""
+    from trainmedic.cli import demo as demo_command
+
     raise typer.Exit(demo_command.run_demo(steps, json_path, html_path, _stderr()))
 
 
@@ -125,6 +126,8 @@ def lint(
     Exit code 0 when clean, 1 with findings (or a file that cannot be parsed), 2 on usage errors.
     Silence one line with `# noqa: TM107`.
     """
+    from trainmedic.cli import lint as lint_command
+
     if explain is not None:
         raise typer.Exit(lint_command.explain(explain, typer.echo, _stderr()))
     if list_rules:
@@ -195,6 +198,8 @@ def plan(
     loss_fn=...). Exit code 0 when the plan fits (and, verified, the card agreed within the plan's
     own bound), 1 when it does not, 2 on bad input.
     """
+    from trainmedic.cli import plan as plan_command
+
     if list_devices:
         raise typer.Exit(plan_command.list_devices(Console(highlight=False)))
     options = plan_command.PlanOptions(
@@ -268,6 +273,8 @@ def preflight(
     killed and resumed, and must continue identically. Exit code 0 when all passed, 1 otherwise,
     2 on bad input.
     """
+    from trainmedic.cli import preflight as preflight_command
+
     options = preflight_command.PreflightOptions(
         tuple(names or ()),
         tuple(commands or ()),
@@ -357,11 +364,11 @@ def tune(
         metavar="SIZE",
         help="Plan against this much memory instead of what is free now, e.g. 16GiB.",
     ),
-    steps: int = typer.Option(
-        tune_command.SCRIPT_STEPS,
+    steps: int | None = typer.Option(
+        None,
         "--steps",
         min=4,
-        help="With --script: steady-state steps measured per run.",
+        help="With --script: steady-state steps measured per run (default 30).",
     ),
     json_path: Path | None = typer.Option(
         None, "--json", metavar="PATH", help="Write the result as JSON (trainmedic.tune/1)."
@@ -383,6 +390,8 @@ def tune(
     plan says do not fit are skipped, never run. A roofline per configuration says whether it is
     compute- or bandwidth-bound. Exit code 0 when done, 2 on bad input, 130 after Ctrl+C.
     """
+    from trainmedic.cli import tune as tune_command
+
     words = list(items or [])
     spec = None if script is not None or not words else words.pop(0)
     if script is None and words:

@@ -45,7 +45,8 @@ class TuneOptions:
     exhaustive: bool = False
     headroom: float = 0.1
     capacity: str | None = None
-    steps: int = SCRIPT_STEPS
+    #: None: SCRIPT_STEPS.
+    steps: int | None = None
     json_path: Path | None = None
     html_path: Path | None = None
     quiet: bool = False
@@ -114,7 +115,7 @@ def _search(options: TuneOptions, budget_s: float | None, started_at: float, bar
             options.script,
             list(options.script_args),
             list(options.sets),
-            steps=options.steps,
+            steps=options.steps or SCRIPT_STEPS,
             trials=options.trials,
             budget_s=budget_s,
             started_at=started_at,
@@ -170,7 +171,7 @@ def _check_flags(options: TuneOptions) -> None:
                 f"{', '.join(given)} tune a build function; a script is tuned over its own options: "
                 f"--set batch_size=2,4,8 (the first value of each is your current one)."
             )
-    elif options.steps != SCRIPT_STEPS:
+    elif options.steps is not None:
         raise TuneError(
             "--steps sets how many steps each run of a --script measures; a build function is timed in trials (--trials)."
         )

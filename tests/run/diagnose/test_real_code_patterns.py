@@ -22,8 +22,7 @@ _reports: dict[str, dict] = {}
 
 def _report(name: str, tmp_path_factory) -> dict:
     # Function-scoped callers, cached per module: the run happens inside the first test that
-    # needs it, so it holds that `alone` test's exclusive CPU lock (a module-scoped fixture
-    # would be set up before the lock is taken).
+    # needs it. No `alone` lock: what the report says must hold on a busy machine too.
     if name not in _reports:
         _reports[name] = diagnose(HERE / name, tmp_path_factory.mktemp(name.removesuffix(".py")))
     return _reports[name]
@@ -62,20 +61,17 @@ def _seconds(value: str, unit: str) -> float:
 # -- nanoGPT's train.py shape: module-level loop, GradScaler, accumulation, fetch after forward --
 
 
-@pytest.mark.alone  # shares are measured: a busy neighbour worker blurs them
 def test_a_healthy_nanogpt_loop_has_no_tiny_ops_finding(nanogpt):
     assert nanogpt["bottleneck"] == "compute", nanogpt["breakdown"]
     assert not [f for f in nanogpt["findings"] if f["category"] == "tiny_ops"], nanogpt["findings"]
 
 
-@pytest.mark.alone
 def test_clip_grad_norm_is_not_labelled_forward(nanogpt):
     where = _line_of("nanogpt_style_compute.py", "clip_grad_norm_(")
     labelled = [line for line in nanogpt["lines"] if line["where"] == where]
     assert all(line["kind"] != "forward" for line in labelled), labelled
 
 
-@pytest.mark.alone
 def test_the_compute_split_gives_backward_its_share(nanogpt):
     # Measured (tests/scenarios/README.md): scaler.scale(loss).backward() is ~57 % of the step.
     (compute,) = [f for f in nanogpt["findings"] if f["category"] == "compute"]
@@ -85,12 +81,10 @@ def test_the_compute_split_gives_backward_its_share(nanogpt):
     assert int(phases.get("backward", 0)) >= 20, compute["evidence"]
 
 
-@pytest.mark.alone
 def test_no_evidence_reads_unbounded(nanogpt):
     assert not [f["evidence"] for f in nanogpt["findings"] if "unbounded" in f["evidence"]]
 
 
-@pytest.mark.alone
 @pytest.mark.parametrize(
     "name", ["nanogpt_style_compute.py", "per_sample_in_step.py", "np_load_vs_compute.py"]
 )
@@ -108,7 +102,6 @@ def test_a_findings_seconds_fit_in_the_mean_step(name, tmp_path_factory):
 # -- a per-sample loop inside a step that also trains: the gain is the loop's, not the step's --
 
 
-@pytest.mark.alone
 def test_the_per_sample_loops_gain_is_not_the_whole_steps(per_sample):
     top = per_sample["findings"][0]
     assert top["category"] == "tiny_ops", per_sample["findings"]
@@ -119,12 +112,10 @@ def test_the_per_sample_loops_gain_is_not_the_whole_steps(per_sample):
 # -- np.load every step: the finding whose fix buys the most comes first, not the largest share --
 
 
-@pytest.mark.alone
 def test_the_data_finding_leads_even_when_compute_is_a_little_larger(np_load):
     assert np_load["findings"][0]["category"] == "data", np_load["findings"]
 
 
-@pytest.mark.alone
 def test_findings_are_ranked_by_what_their_fix_buys(np_load):
     gains = [f["expected_speedup"] for f in np_load["findings"]]
     assert gains == sorted(gains, reverse=True), [
