@@ -5,8 +5,10 @@ as it grows) or because the machine slowed down under it (a neighbour on a share
 half a core mid-run). On a virtual machine both show on both clocks: the host's contention
 stretches the process's own CPU time per step as well as its wall time. What tells them apart
 is the rest of the step: a growing pool leaves the model's forward and backward as they were,
-a machine that slows stretches every part alike. So a category grows only when it grew clearly
-more than the rest of the step did; otherwise the report says the whole step slowed.
+a machine that slows stretches every part alike. So the step is split in two parts (the batch's
+preparation and the model's part, or the sampled category and everything else), and the
+category grows only when its part grew clearly more than the other part did; otherwise the
+report says the whole step slowed.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from trainmedic.run.diagnose import steps
 from trainmedic.run.probe.recorder import SLOTS
 from trainmedic.run.report.model import TimelinePoint
 
-#: The rest of the step may grow by at most this fraction of the category's own growth: a pool
-#: that grows 1.6x beside a model that stays put gives 1.0x; a slowed machine 1.6x for both.
+#: The other part of the step may grow by at most this fraction of the grown part's growth: a
+#: pool that grows 1.6x beside a model that stays put gives 1.0x; a slowed machine 1.6x for both.
 REST_SHARE_OF_GROWTH = 0.5
-#: Below this share of the first quarter's step the rest is too small to be measured apart.
+#: Below this share of the first quarter's step the other part is too small to be measured apart.
 MIN_REST_SHARE = 0.03
 
 
@@ -92,7 +94,8 @@ def attribute(
         return None
     timed = model_by_step or {}
     if sum(p.step in timed for p in timeline) >= 0.75 * len(timeline):
-        model = [timed[p.step][cpu_clock] if p.step in timed else None for p in timeline]
+        column = 1 if cpu_clock else 0  # (wall, CPU) seconds
+        model = [timed[p.step][column] if p.step in timed else None for p in timeline]
         known = [(clock(p), m) for p, m in zip(timeline, model) if m is not None]
         parts = {
             "the batch's preparation": [max(c - m, 0.0) for c, m in known],
