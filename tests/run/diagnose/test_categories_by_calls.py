@@ -215,6 +215,40 @@ def test_a_lever_that_buys_only_a_little_more_does_not_outrank_the_largest_share
     assert report.bottleneck == "compute"
 
 
+def _split(data_share: float, steps: int = 120) -> list:
+    """Per-step slots of a run whose data share is ``data_share`` every step (the rest compute)."""
+    rows = []
+    for i in range(steps):
+        slots = [0.0] * len(SLOTS)
+        slots[SLOTS.index("data")] = data_share
+        slots[SLOTS.index("compute")] = 1 - data_share
+        rows.append((i, slots))
+    return rows
+
+
+def test_a_lever_leads_the_largest_share_only_beyond_the_noise_between_runs():
+    from trainmedic.run.diagnose import margin
+
+    mapping = {"data": {"data": 1.0}, "compute": {"compute": 1.0}}
+    # pytorch/examples' vae in one run of several: its DataLoader at 33 % buys ×1.33 against the
+    # model's ×1.19; other runs read it at 24-28 % (×1.27), where the model led. Steady within
+    # the run, so only the spread between runs can keep the verdict from flipping.
+    loader, model = _finding("data", 0.332, 1.33), _finding("compute", 0.657, 1.19)
+    steady = _split(0.332)
+    assert (
+        loader.expected_speedup >= margin.LEVER_MARGIN * model.expected_speedup
+    )  # the point estimates alone
+    assert not margin.lever_leads(loader, model, steady, mapping)
+    note = margin.close_call([model, loader], steady, mapping)
+    assert note is not None and note.startswith(
+        "Too close to call between compute (66% of the step, buys ×1.19)"
+    )
+    # A re-read np.load at 45 % buys ×1.8 against the model's ×1.1 at 54 %: it leads, no note.
+    np_load, rest = _finding("data", 0.45, 1.8), _finding("compute", 0.54, 1.1)
+    assert margin.lever_leads(np_load, rest, _split(0.45), mapping)
+    assert margin.close_call([np_load, rest], _split(0.45), mapping) is None
+
+
 def test_a_tokenizing_comprehension_takes_its_helpers_category(completed, measure, tmp_path):
     # nanoGPT with get_batch re-encoding the raw text: `[stoi[c] for c in text]` runs in a
     # comprehension's own code object, which makes no torch call; get_batch's calls decide.

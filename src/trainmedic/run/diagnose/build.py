@@ -30,8 +30,6 @@ from trainmedic.units import format_seconds
 #: Findings below this share of the step are noise, not advice (TF Profiler's "moderately
 #: input-bound" starts at 5 %).
 MIN_SHARE = 0.05
-#: How much more a smaller finding's fix must buy to lead before the largest share.
-LEVER_MARGIN = 1.1
 MAX_LINES = 12
 #: The model's own time: compute, or memory_bandwidth when its counted ops are bandwidth-bound.
 _MODEL = (COMPUTE, MEMORY_BANDWIDTH)
@@ -89,7 +87,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         else None
     )
     growing = grown.category if grown else None
-    findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command, launch)
+    findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command, launch, mapping)
     if findings:
         bottleneck = findings[0].category  # the biggest lever (findings are ordered by what they buy)
     close = margin.close_call(findings, m.per_step, mapping)
@@ -191,7 +189,7 @@ def _scope(m: Measurements) -> tuple[Aggregate, str, int]:
 
 
 def _findings(
-    costs, total, n_steps, stats, m, loops, growing, rising, command=(), launch=None
+    costs, total, n_steps, stats, m, loops, growing, rising, command=(), launch=None, mapping=None
 ) -> list[Finding]:
     groups: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     # Which function each line's time was spent in, so advice can name the function to change.
@@ -321,14 +319,13 @@ def _findings(
             )
         )
     # The biggest lever first: what each fix buys, not how much time its category takes (a
-    # re-read np.load at 45 % buys ×1.6-2.0, "healthy compute" at 54 % ×1.1). The fixes'
-    # factors are the seeds' round numbers, so a lever must buy clearly more (LEVER_MARGIN) to
-    # go before the largest share: a DataLoader at 25 % of a CPU step (×1.25) does not outrank
-    # the model at 75 % (×1.21), and by ablation removing it bought ×1.16.
+    # re-read np.load at 45 % buys ×1.6-2.0, "healthy compute" at 54 % ×1.1). A lever goes
+    # before the largest share only when it buys clearly more, beyond the noise of both shares
+    # (margin.lever_leads): otherwise runs of one script flip between the two.
     findings.sort(key=lambda f: (f.expected_speedup, f.share), reverse=True)
     largest = max(findings, key=lambda f: f.share, default=None)
     if largest is not None and findings[0] is not largest:
-        if findings[0].expected_speedup < LEVER_MARGIN * largest.expected_speedup:
+        if not margin.lever_leads(findings[0], largest, m.per_step, mapping or {}):
             findings.remove(largest)
             findings.insert(0, largest)
     return findings
