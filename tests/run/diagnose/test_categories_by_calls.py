@@ -247,6 +247,10 @@ def test_a_lever_leads_the_largest_share_only_beyond_the_noise_between_runs():
     np_load, rest = _finding("data", 0.45, 1.8), _finding("compute", 0.54, 1.1)
     assert margin.lever_leads(np_load, rest, _split(0.45), mapping)
     assert margin.close_call([np_load, rest], _split(0.45), mapping) is None
+    # accelerate's loop: the model at 80 % leads and buys more; its DataLoader at 13 % (×1.14)
+    # could lead only by clearing the margin, which no band reaches: no note.
+    model, loader = _finding("compute", 0.8, 1.23), _finding("data", 0.13, 1.14)
+    assert margin.close_call([model, loader], _split(0.13), mapping) is None
 
 
 def test_a_tokenizing_comprehension_takes_its_helpers_category(completed, measure, tmp_path):

@@ -58,12 +58,10 @@ def close_call(
     if bands is None:
         return None
     (first_low, _), (_, second_high) = bands
-    # The largest share first and a lever after it that did not clear the margin: close when it
-    # could have cleared it within the bands. Otherwise: when the second could buy as much.
-    lever_held_back = (
-        first is max(findings, key=lambda f: f.share) and second.expected_speedup > first.expected_speedup
-    )
-    if second_high < (LEVER_MARGIN if lever_held_back else 1.0) * first_low:
+    # With the largest share first, the second leads only by clearing LEVER_MARGIN (build.py):
+    # close when it could have within the bands. Otherwise: when the second could buy as much.
+    largest_first = first is max(findings, key=lambda f: f.share)
+    if second_high < (LEVER_MARGIN if largest_first else 1.0) * first_low:
         return None
     n = len(_per_step_shares(per_step, mapping, (first.category,))[first.category])
     return (
