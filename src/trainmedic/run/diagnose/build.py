@@ -87,7 +87,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         else None
     )
     growing = grown.category if grown else None
-    findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command, launch, mapping)
+    findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command, launch)
     if findings:
         bottleneck = findings[0].category  # the biggest lever (findings are ordered by what they buy)
     close = margin.close_call(findings, m.per_step, mapping)
@@ -189,7 +189,7 @@ def _scope(m: Measurements) -> tuple[Aggregate, str, int]:
 
 
 def _findings(
-    costs, total, n_steps, stats, m, loops, growing, rising, command=(), launch=None, mapping=None
+    costs, total, n_steps, stats, m, loops, growing, rising, command=(), launch=None
 ) -> list[Finding]:
     groups: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     # Which function each line's time was spent in, so advice can name the function to change.
@@ -320,12 +320,12 @@ def _findings(
         )
     # The biggest lever first: what each fix buys, not how much time its category takes (a
     # re-read np.load at 45 % buys ×1.6-2.0, "healthy compute" at 54 % ×1.1). A lever goes
-    # before the largest share only when it buys clearly more, beyond the noise of both shares
-    # (margin.lever_leads): otherwise runs of one script flip between the two.
+    # before the largest share only when it buys clearly more (margin.LEVER_MARGIN); where the
+    # noise could put it on the other side of that line, margin.close_call says so.
     findings.sort(key=lambda f: (f.expected_speedup, f.share), reverse=True)
     largest = max(findings, key=lambda f: f.share, default=None)
     if largest is not None and findings[0] is not largest:
-        if not margin.lever_leads(findings[0], largest, m.per_step, mapping or {}):
+        if findings[0].expected_speedup < margin.LEVER_MARGIN * largest.expected_speedup:
             findings.remove(largest)
             findings.insert(0, largest)
     return findings

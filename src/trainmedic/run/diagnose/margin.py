@@ -4,9 +4,9 @@ A stack sampler at 10 ms sees a 30 ms step three times: one step's shares are co
 mean over the run carries a standard error that a verdict has to clear. Runs of the same script
 also differ by more than that error shows (a busier machine in one run, the sampler's phase), so
 a share's band is two standard errors of both. A smaller finding leads before the largest share
-only when its fix buys LEVER_MARGIN more even at the low end of its band and the high end of the
-largest's (``lever_leads``); when the second finding could have led within the bands, the report
-says the two are too close to call, with both numbers, instead of flipping a coin between runs.
+when its fix buys LEVER_MARGIN more (build.py); when the order of the first two could be the
+other way round anywhere within their bands, the report says the two are too close to call, with
+both numbers, so a run that lands on either side of the line never reads as a clear verdict.
 """
 
 from __future__ import annotations
@@ -28,23 +28,10 @@ LEVER_MARGIN = 1.1
 #: on the same machine: over 5 runs of each of the 28 CPU cases of benchmarks/wild.py, 0.001 to
 #: 0.046, at most 0.025 in three cases of four
 #: (benchmarks/results/wild-cpu-5runs-2026-11-27.json). pytorch/examples' vae read its
-#: DataLoader at 24-28 % in those runs and at 33 % in a later one, where it outranked the model.
+#: DataLoader at 24-28 % in those runs and at 33 % in a later one, where it outranked the model
+#: with no note: within the run the lead looked clear.
 BETWEEN_RUNS_SD = 0.025
 _MIN_STEPS = 4
-
-
-def lever_leads(
-    lever: Finding,
-    largest: Finding,
-    per_step: list[tuple[int, list[float]]],
-    mapping: dict[str, dict[str, float]],
-) -> bool:
-    """Whether ``lever`` (which buys more) leads before ``largest`` (the largest share): by
-    LEVER_MARGIN, at the low end of its band against the high end of the largest's."""
-    bands = _bands((lever, largest), per_step, mapping)
-    if bands is None:  # too few sampled steps, or one category: the point estimates decide
-        return lever.expected_speedup >= LEVER_MARGIN * largest.expected_speedup
-    return bands[0][0] >= LEVER_MARGIN * bands[1][1]
 
 
 def close_call(
@@ -58,10 +45,16 @@ def close_call(
     if bands is None:
         return None
     (first_low, _), (_, second_high) = bands
-    # With the largest share first, the second leads only by clearing LEVER_MARGIN (build.py):
-    # close when it could have within the bands. Otherwise: when the second could buy as much.
-    largest_first = first is max(findings, key=lambda f: f.share)
-    if second_high < (LEVER_MARGIN if largest_first else 1.0) * first_low:
+    largest = max(findings, key=lambda f: f.share)
+    if first is largest:
+        # The second leads only by clearing LEVER_MARGIN (build.py): close when it could have.
+        close = second_high >= LEVER_MARGIN * first_low
+    elif second is largest:
+        # A lever that cleared the margin: close when it might not have.
+        close = first_low < LEVER_MARGIN * second_high
+    else:
+        close = second_high >= first_low
+    if not close:
         return None
     n = len(_per_step_shares(per_step, mapping, (first.category,))[first.category])
     return (
