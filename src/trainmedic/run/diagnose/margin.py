@@ -60,7 +60,7 @@ def close_call(
     return (
         f"Too close to call between {first.category} ({first.share:.0%} of the step, buys "
         f"×{first.expected_speedup:.2f}) and {second.category} ({second.share:.0%}, buys "
-        f"×{second.expected_speedup:.2f}): over {n} steps the step-to-step noise could swap them. "
+        f"×{second.expected_speedup:.2f}): over {n} steps, with the spread between runs, noise could swap them. "
         "Both are listed; run more steps (--steps) to separate them."
     )
 
