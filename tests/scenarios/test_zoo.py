@@ -56,7 +56,7 @@ def test_the_zoo_covers_every_category_that_can_occur():
     assert kinds >= {"hdf5", "database", "transform", "pool", "logging"}
 
 
-# The lock stays for now: the verdicts held on a busy machine in five loaded full runs, but
+# The lock stays for now: the verdicts held on a busy machine in four full-suite runs, but
 # loader_mlp_compute's line once moved from loss.backward() to optimizer.step() under load.
 @pytest.mark.alone
 @pytest.mark.parametrize("script", verdicts(gpu=False), ids=lambda p: p.stem)
