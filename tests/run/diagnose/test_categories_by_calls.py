@@ -173,12 +173,13 @@ def _finding(category, share, speedup):
     return Finding(category, share, "t", "e", None, "f", speedup, 1 / (1 - share), kind="")
 
 
-def _steps(data_shares):
+def _steps(data_shares, other="host_other"):
+    """Per-step slots: each step's data share, the rest in ``other``."""
     rows = []
     for i, d in enumerate(data_shares):
         slots = [0.0] * len(SLOTS)
         slots[SLOTS.index("data")] = d
-        slots[SLOTS.index("host_other")] = 1 - d
+        slots[SLOTS.index(other)] = 1 - d
         rows.append((i, slots))
     return rows
 
@@ -217,13 +218,7 @@ def test_a_lever_that_buys_only_a_little_more_does_not_outrank_the_largest_share
 
 def _split(data_share: float, steps: int = 120) -> list:
     """Per-step slots of a run whose data share is ``data_share`` every step (the rest compute)."""
-    rows = []
-    for i in range(steps):
-        slots = [0.0] * len(SLOTS)
-        slots[SLOTS.index("data")] = data_share
-        slots[SLOTS.index("compute")] = 1 - data_share
-        rows.append((i, slots))
-    return rows
+    return _steps([data_share] * steps, other="compute")
 
 
 def test_a_lever_that_leads_within_the_noise_between_runs_is_called_too_close():
