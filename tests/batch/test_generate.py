@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from generators import params, tone
+from warm_kit import run_python
 
 from trainmedic import batch, data
 from trainmedic.batch import sizing
@@ -26,13 +27,11 @@ def run_job(
     out: Path, stop_after: int = 0, signame: str = "SIGKILL", storage: str = "npy", generator: str = ""
 ) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(SRC)]), "GENERATOR": generator}
-    return subprocess.run(
-        [sys.executable, str(HERE / "kill_job.py"), str(out), str(stop_after), signame, storage],
+    return run_python(
+        [str(HERE / "kill_job.py"), str(out), str(stop_after), signame, storage],
+        cwd=HERE,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )
 
 

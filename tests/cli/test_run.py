@@ -38,7 +38,8 @@ sys.exit(3)
     )
     # 120 steps of ~0.5 ms: long enough for the 10 ms sampler to see inside steady steps, which
     # a verdict needs (a handful of sub-millisecond steps gives none: tests/run/diagnose/test_evidence.py).
-    result = tm("run", "--json", "report.json", "train.py", "--iters", "120", "--flag")
+    # A fresh interpreter, as from a shell: the one test here of the whole start-up path.
+    result = tm("run", "--json", "report.json", "train.py", "--iters", "120", "--flag", fresh=True)
     assert result.returncode == 3
     assert "argv ['--iters', '120', '--flag'] __main__" in result.stdout
     report = tm.report()

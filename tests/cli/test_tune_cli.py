@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from warm_kit import run_trainmedic
 
 BUILDS = Path(__file__).resolve().parents[1] / "tune" / "tune_builds.py"
 
@@ -33,15 +34,7 @@ def build(batch_size):
 
 
 def tune(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainmedic", "tune", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env or _env(cwd),
-        check=False,
-    )
+    return run_trainmedic(["tune", *args], cwd=cwd, timeout=300, env=env or _env(cwd))
 
 
 def _env(folder: Path) -> dict:
