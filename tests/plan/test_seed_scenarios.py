@@ -151,6 +151,9 @@ def test_seed004_max_batch_on_a_t4():
     plan = plan_memory(seed004, device="t4", max_batch=True)
     assert 32 <= plan.max_batch < 128  # the seed's own fix was 32
     assert plan.fits
+    # Batches 1 and 8, the line's 354, the fits' 89 and 90, then the batch after 90 on the fit's
+    # word: not the middle of 90..354 first.
+    assert any(note.startswith("max batch from 6 traces") for note in plan.notes), plan.notes
     assert not plan_memory(seed004, plan.max_batch + 1, device="t4").fits
 
 

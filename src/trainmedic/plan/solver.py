@@ -40,6 +40,9 @@ class Solution:
     #: Whether each traced candidate fitted, in order: two on the same side means the line is
     #: bending (allocator rounding, a moving peak) and the next candidate is the bracket's middle.
     sides: list[bool] = field(default_factory=list)
+    #: The last candidate was the batch after the best, taken on the fit's word: the next
+    #: same-side pair bisects, so a fit that keeps undershooting cannot creep one batch a trace.
+    confirmed: bool = False
 
 
 def solve_max_batch(
@@ -111,9 +114,17 @@ def _next_candidate(
         if need(b) <= need(a):  # flat so far: the peak is not in the batch-sized part yet
             return None if b >= CEILING else min(CEILING, b * 8)
     narrow = over is not None and over - best <= max(NARROW_MIN, best * NARROW_SHARE)
-    if over is not None and (
-        narrow or (len(solution.sides) >= 2 and solution.sides[-1] == solution.sides[-2])
-    ):
+    bending = len(solution.sides) >= 2 and solution.sides[-1] == solution.sides[-2]
+    if over is not None and bending and not narrow and not solution.confirmed:
+        # Two fits landed on the fitting side, the last one right under the limit the fit puts
+        # just past it: trace the next batch, which ends the search when it does not fit
+        # (seed 004 on a T4: 89 and 90 fitted, and the middle of 90..354 cost one trace more).
+        fitted = _solve_fit(solution, best, over, limit, need)
+        if fitted <= best + 1:
+            solution.confirmed = True
+            return best + 1
+    solution.confirmed = False
+    if over is not None and (narrow or bending):
         # Near the limit the need is a staircase (the allocator grows in 2 MiB segments), which
         # no fitted curve resolves; and a fit that keeps landing on one side is bending. The
         # middle of the bracket settles both in a few traces.
