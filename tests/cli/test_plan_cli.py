@@ -318,3 +318,56 @@ def test_a_file_that_is_no_trace_is_refused(mlp):
     result = mlp("plan", "model.py", "--device", "h200", "--batch", "8", "--verify-trace", "t.json")
     assert result.returncode == 2
     assert "t.json is not a gpu-alloc-trace/1 document (schema 'trainmedic.plan/1')" in result.stderr
+
+
+#: A module that reads its command line when imported, as nanoGPT's configurator does.
+CONFIGURED = """
+import sys
+import torch
+
+width = 8
+for arg in sys.argv[1:]:
+    key, value = arg.removeprefix("--").split("=")  # "plan" (trainmedic's own argv) fails here
+    globals()[key] = int(value)
+
+
+def build(batch_size):
+    return dict(model=torch.nn.Linear(1024, width), inputs=torch.randn(batch_size, 1024))
+"""
+
+
+def test_the_module_is_imported_with_no_arguments_or_the_ones_after_the_double_dash(tm):
+    tm.script("configured.py", CONFIGURED)
+    plain = tm("plan", "configured.py", "--device", "t4", "--batch", "8", "--json", "plain.json")
+    assert plain.returncode == 0, plain.stderr
+    wide = tm(
+        "plan", "configured.py", "--device", "t4", "--batch", "8", "--json", "wide.json", "--", "--width=4096"
+    )
+    assert wide.returncode == 0, wide.stderr
+    parameters = [tm.report(name)["breakdown"]["parameters"] for name in ("plain.json", "wide.json")]
+    assert parameters[1] > 100 * parameters[0]  # 1024 x 4096 weights, not 1024 x 8
+
+
+def test_a_module_whose_argparse_exits_at_import_is_a_usage_error_naming_its_line(tm):
+    path = tm.script(
+        "parsed.py",
+        """
+        import argparse
+        import torch
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--width", type=int, required=True)
+        args = parser.parse_args()
+
+
+        def build(batch_size):
+            return dict(model=torch.nn.Linear(16, args.width), inputs=torch.randn(batch_size, 16))
+        """,
+    )
+    bare = tm("plan", "parsed.py", "--device", "t4", "--batch", "8")
+    assert bare.returncode == 2 and "Traceback" not in bare.stderr
+    assert "the following arguments are required: --width" in bare.stderr  # argparse's own line
+    assert f"called sys.exit(2) (at {os.path.realpath(path)}:6)" in bare.stderr
+    assert "trainmedic plan parsed.py:build ... -- --config=small.py" in bare.stderr
+    given = tm("plan", "parsed.py", "--device", "t4", "--batch", "8", "--", "--width", "32")
+    assert given.returncode == 0, given.stderr

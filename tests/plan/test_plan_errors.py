@@ -17,6 +17,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from trainmedic.devices import known_devices
 from trainmedic.errors import DeviceError, PlanError
 from trainmedic.plan import load_build, plan_memory
+from trainmedic.plan.spec import exit_at_import
 
 #: A file of build functions over a tiny MLP; ``# <name>`` marks a line a test expects named.
 HEADER = """\
@@ -629,3 +630,49 @@ def test_tied_weights_of_a_model_made_before_build_stay_tied():
     assert before.breakdown.parameters == inside.breakdown.parameters == 1000 * 64 * 4
     assert before.breakdown.optimizer_state == inside.breakdown.optimizer_state
     assert outside.out.weight is outside.emb.weight
+
+
+#: nanoGPT's pattern: its configurator reads every argument without `=` as a config file to
+#: exec and every `--key=value` as an override, at import.
+CONFIGURED = """
+import sys
+
+width = 8
+for arg in sys.argv[1:]:
+    if "=" not in arg:
+        exec(open(arg).read())  # CONFIG LINE
+    else:
+        key, value = arg.removeprefix("--").split("=")
+        globals()[key] = int(value)
+
+
+def build(batch_size):
+    return dict(model=nn.Linear(4, width), inputs=torch.randn(batch_size, 4), optimizer=adam)
+"""
+
+
+def test_a_module_reading_its_command_line_at_import_sees_its_own_not_trainmedics(tmp_path, monkeypatch):
+    path = _write(tmp_path, CONFIGURED)
+    # What `trainmedic plan model.py:build --device t4` leaves in sys.argv; before, the import
+    # exec'd a file named "plan".
+    monkeypatch.setattr(sys, "argv", ["trainmedic", "plan", f"{path}:build", "--device", "t4"])
+    assert load_build(f"{path}:build")(2)["model"].out_features == 8
+    assert load_build(f"{path}:build", ["--width=64"])(2)["model"].out_features == 64
+    assert sys.argv[:2] == ["trainmedic", "plan"]  # trainmedic's own, back after the import
+
+
+def test_a_module_exiting_at_import_exits_as_under_python_and_the_command_names_its_line(tmp_path):
+    path = _write(tmp_path, CONFIGURED.replace("import sys\n", "import sys\n\nsys.exit(2)  # EXIT LINE\n", 1))
+    with pytest.raises(SystemExit) as exited:
+        load_build(f"{path}:build", ["--width=64"])
+    assert not any(getattr(m, "__file__", None) == str(path.resolve()) for m in list(sys.modules.values()))
+    message = str(exit_at_import(f"{path}:build", exited.value, ["--width=64"], "plan"))
+    assert message.startswith(
+        f"importing {path} called sys.exit(2) (at {path.resolve()}:{_marked(path, 'EXIT LINE')}): "
+    )
+    assert f"got `{path} --width=64`" in message
+    assert message.endswith(f"trainmedic plan {path}:build ... -- --config=small.py")
+
+
+def _marked(path: Path, marker: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.endswith(marker))

@@ -140,8 +140,11 @@ def lint(
 
 @app.command()
 def plan(
-    spec: str | None = typer.Argument(
-        None, metavar="SPEC", help="PATH.py:FUNCTION or package.module:FUNCTION (default FUNCTION: build)."
+    items: list[str] = typer.Argument(
+        None,
+        metavar="SPEC [-- ARGS]",
+        help="PATH.py:FUNCTION or package.module:FUNCTION (default FUNCTION: build); after --, the "
+        "command line the module sees when it is imported (default: none, as `python model.py`).",
     ),
     device: str | None = typer.Option(
         None, "--device", "-d", metavar="NAME", help="Target GPU: t4, rtx3090, a100-80gb, h100, cpu, ..."
@@ -202,6 +205,7 @@ def plan(
 
     if list_devices:
         raise typer.Exit(plan_command.list_devices(Console(highlight=False)))
+    spec, *spec_args = items or [None]
     options = plan_command.PlanOptions(
         spec,
         device,
@@ -215,6 +219,7 @@ def plan(
         verify,
         verify_trace,
         record,
+        tuple(spec_args),
     )
     raise typer.Exit(plan_command.run_plan(options, Console(highlight=False), _stderr()))
 
@@ -292,8 +297,9 @@ def preflight(
 def tune(
     items: list[str] = typer.Argument(
         None,
-        metavar="SPEC | -- SCRIPT_ARGS",
-        help="PATH.py:FUNCTION (as for plan); with --script, the script's own arguments after --.",
+        metavar="SPEC [-- ARGS]",
+        help="PATH.py:FUNCTION (as for plan); after --, the command line the module sees when "
+        "imported, or with --script the script's own arguments.",
     ),
     script: str | None = typer.Option(
         None, "--script", metavar="PATH", help="Tune a training script instead, over the options --set names."
@@ -394,10 +400,6 @@ def tune(
 
     words = list(items or [])
     spec = None if script is not None or not words else words.pop(0)
-    if script is None and words:
-        _fail(
-            f"trainmedic tune takes one build function; got also {' '.join(words)} (script arguments need --script)"
-        )
     options = tune_command.TuneOptions(
         spec,
         script,

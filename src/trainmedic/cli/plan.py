@@ -51,6 +51,8 @@ class PlanOptions:
     verify: bool = False
     verify_trace: Path | None = None
     record: Path | None = None
+    #: The command line the build's module sees when imported (what follows ``--``).
+    spec_args: tuple[str, ...] = ()
 
 
 def run_plan(options: PlanOptions, out: Console, err: Console) -> int:
@@ -115,8 +117,12 @@ def _make_plan(options: PlanOptions) -> Plan:
         get_device(options.device)  # a misspelt card fails before the user's module is imported
     # torch loads here, not at start-up: `trainmedic lint` and `--list-devices` never need it.
     from trainmedic.plan import load_build, plan_memory
+    from trainmedic.plan.spec import exit_at_import
 
-    build = load_build(options.spec)
+    try:
+        build = load_build(options.spec, options.spec_args)
+    except SystemExit as exc:  # an argparse at the top of the module, say
+        raise exit_at_import(options.spec, exc, options.spec_args, "plan") from None
     return plan_memory(
         build,
         options.batch,

@@ -76,7 +76,12 @@ def make_verified_plan(options, make_plan: Callable) -> tuple[Plan, Verification
             parse_capacity(options.capacity) if options.capacity is not None else None
         )  # a smaller card on this one
         recorded = record_on_gpu(
-            options.spec, options.batch, options.precision, options.record, cap_bytes=cap
+            options.spec,
+            options.batch,
+            options.precision,
+            options.record,
+            cap_bytes=cap,
+            spec_args=options.spec_args,
         )
     plan, verification = verified_plan(
         options.spec,
@@ -87,6 +92,7 @@ def make_verified_plan(options, make_plan: Callable) -> tuple[Plan, Verification
         headroom=options.headroom,
         recorded=recorded,
         source=source,
+        spec_args=options.spec_args,
     )
     if answer is not None:
         plan = dataclasses.replace(

@@ -32,6 +32,7 @@ _SWITCH = {"on": (True,), "off": (False,), "both": (False, True), "auto": (False
 class TuneOptions:
     spec: str | None
     script: str | None = None
+    #: What follows ``--``: the script's arguments, or the command line the build's module sees.
     script_args: tuple[str, ...] = ()
     sets: tuple[str, ...] = ()
     device: str = "auto"
@@ -130,9 +131,13 @@ def _search(options: TuneOptions, budget_s: float | None, started_at: float, bar
             "give a build function to tune (trainmedic tune model.py:build) or a script (trainmedic tune --script train.py --set batch_size=2,4)."
         )
     from trainmedic.plan import load_build
+    from trainmedic.plan.spec import exit_at_import
     from trainmedic.tune import tune
 
-    build = load_build(options.spec)
+    try:
+        build = load_build(options.spec, options.script_args)
+    except SystemExit as exc:  # an argparse at the top of the module, say
+        raise exit_at_import(options.spec, exc, options.script_args, "tune") from None
     return tune(
         build,
         target=options.spec,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -39,14 +39,23 @@ def split_spec(spec: str) -> BuildSpec:
     return BuildSpec(target, function or DEFAULT_FUNCTION, is_file)
 
 
-def load_build(spec: str) -> Callable[[int], Any]:
+def load_build(spec: str, argv: Sequence[str] = ()) -> Callable[[int], Any]:
     """Import the module named by ``spec`` and return its build function.
 
     ``model.py`` alone means ``model.py:build``. A file is imported with its own folder first on
-    ``sys.path``, as ``python model.py`` would, so its sibling imports work.
+    ``sys.path``, as ``python model.py`` would, so its sibling imports work, and with the command
+    line ``python model.py *argv`` would give it: a module that reads ``sys.argv`` when imported
+    (nanoGPT's configurator, an argparse at the top) sees its own arguments, not trainmedic's. A
+    module that exits while imported raises SystemExit, as under python (:func:`exit_at_import`
+    words it for a command; preflight's child reports it with the output before it).
     """
     target, function, is_file = split_spec(spec)
-    module = _import_file(Path(target)) if is_file else _import_module(target)
+    saved = sys.argv
+    sys.argv = [target, *argv]
+    try:
+        module = _import_file(Path(target)) if is_file else _import_module(target)
+    finally:
+        sys.argv = saved
     build = getattr(module, function, None)
     if build is None:
         names = sorted(
@@ -80,6 +89,9 @@ def _import_file(path: Path) -> Any:
         sys.path.insert(0, folder)  # kept: build() may import its siblings lazily, when called
     try:
         module_spec.loader.exec_module(module)
+    except SystemExit:
+        sys.modules.pop(name, None)
+        raise
     except Exception as exc:
         sys.modules.pop(name, None)
         raise PlanError(
@@ -99,6 +111,19 @@ def _import_module(name: str) -> Any:
         raise PlanError(f"importing {name} raised ModuleNotFoundError: {exc}") from exc
     except Exception as exc:
         raise PlanError(f"importing {name} raised {type(exc).__name__}: {exc}") from exc
+
+
+def exit_at_import(spec: str, exc: SystemExit, argv: Sequence[str], command: str) -> PlanError:
+    """The error for a build module that called ``sys.exit`` while ``trainmedic COMMAND`` imported it."""
+    target, function, is_file = split_spec(spec)
+    code = 0 if exc.code is None else exc.code
+    where = _line_in(exc, Path(target).resolve()) if is_file else ""
+    ran = " ".join([target, *argv])
+    return PlanError(
+        f"importing {target} called sys.exit({code!r}){where}: it reads its command line when imported, "
+        f"and got `{ran}`; give it the arguments it needs after --, e.g. "
+        f"trainmedic {command} {target}:{function} ... -- --config=small.py"
+    )
 
 
 def _line_in(exc: BaseException, path: Path) -> str:

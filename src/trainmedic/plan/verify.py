@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ def record_on_gpu(
     record: Path | None = None,
     timeout_s: float = 600.0,
     cap_bytes: int | None = None,
+    spec_args: Sequence[str] = (),
 ) -> RecordedStep:
     """Run two real steps of ``spec`` in a child process on this machine's GPU; the recording.
 
@@ -95,6 +97,7 @@ def record_on_gpu(
             precision,
             str(path),
             str(cap_bytes or 0),
+            *spec_args,
         ]
         try:
             done = subprocess.run(
@@ -120,6 +123,7 @@ def verified_plan(
     headroom: float,
     recorded: RecordedStep,
     source: str,
+    spec_args: Sequence[str] = (),
 ) -> tuple[Plan, Verification]:
     """The plan of ``spec`` at ``batch_size``, and the plan held against ``recorded``."""
     from trainmedic.plan.from_trace import plan_from_trace
@@ -138,7 +142,7 @@ def verified_plan(
     check_recording(
         recorded, batch_size, precision, target, source, spec
     )  # before the trace: it can take a while
-    trace = trace_step(load_build(spec), batch_size, target, precision)
+    trace = trace_step(load_build(spec, spec_args), batch_size, target, precision)
     plan = plan_from_trace(trace, target, resolve_capacity(target, capacity), precision, headroom)
     verification = verify_against(trace, recorded, source, spec)
     plan.verification = verification.to_dict()
@@ -212,7 +216,9 @@ def _child_env() -> dict[str, str]:
 # -- the child: two real steps on the GPU ---------------------------------------------------------
 
 
-def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes: int = 0) -> int:
+def _run_child(
+    spec: str, batch_size: int, precision: str, out: Path, cap_bytes: int = 0, spec_args: Sequence[str] = ()
+) -> int:
     import torch
 
     from trainmedic.plan.recorded import from_snapshot, write_recorded
@@ -233,7 +239,7 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes:
         torch.cuda.set_per_process_memory_fraction(
             cap_bytes / torch.cuda.get_device_properties(0).total_memory
         )
-    build = load_build(spec)
+    build = load_build(spec, spec_args)
     with device:  # tensors the build makes (a loss_fn's targets too) land on the card
         model, inputs, optimizer, loss_fn = unpack_build(call_build(build, batch_size), build)
     model.to(device)
@@ -287,4 +293,4 @@ def _run_child(spec: str, batch_size: int, precision: str, out: Path, cap_bytes:
 
 if __name__ == "__main__":
     spec_arg, batch_arg, precision_arg, out_arg, cap_arg = sys.argv[1:6]
-    sys.exit(_run_child(spec_arg, int(batch_arg), precision_arg, Path(out_arg), int(cap_arg)))
+    sys.exit(_run_child(spec_arg, int(batch_arg), precision_arg, Path(out_arg), int(cap_arg), sys.argv[6:]))
