@@ -11,6 +11,7 @@ import typer.main
 
 from trainmedic._version import __version__
 from trainmedic.cli import main
+from trainmedic.cli.script_args import mark_script_args
 
 #: Prints what the script was given, as one line the tests read back.
 SHOW_ARGV = "import sys\nprint('script argv', sys.argv[1:])\n"
@@ -114,9 +115,9 @@ def test_which_options_take_a_value_comes_from_the_command_itself():
         if param.param_type_name == "option" and param.name != "module" and not param.is_flag:
             before += [param.opts[0], "1"]
     argv = ["run", *before, "-m", "pkg.train", "--flag", "x"]
-    assert main._mark_script_args(argv, group) == [*argv[:-2], "--", "--flag", "x"]
+    assert mark_script_args(argv, group) == [*argv[:-2], "--", "--flag", "x"]
     # Short options bundled as click reads them: -q then -m with its value.
-    assert main._mark_script_args(["run", "-qm", "pkg.train", "-h"], group) == [
+    assert mark_script_args(["run", "-qm", "pkg.train", "-h"], group) == [
         "run",
         "-qm",
         "pkg.train",

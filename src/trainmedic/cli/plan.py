@@ -116,13 +116,10 @@ def _make_plan(options: PlanOptions) -> Plan:
     if options.device is not None:
         get_device(options.device)  # a misspelt card fails before the user's module is imported
     # torch loads here, not at start-up: `trainmedic lint` and `--list-devices` never need it.
-    from trainmedic.plan import load_build, plan_memory
-    from trainmedic.plan.spec import exit_at_import
+    from trainmedic.plan import plan_memory
+    from trainmedic.plan.spec import load_build_for
 
-    try:
-        build = load_build(options.spec, options.spec_args)
-    except SystemExit as exc:  # an argparse at the top of the module, say
-        raise exit_at_import(options.spec, exc, options.spec_args, "plan") from None
+    build = load_build_for("plan", options.spec, options.spec_args)
     return plan_memory(
         build,
         options.batch,

@@ -130,14 +130,10 @@ def _search(options: TuneOptions, budget_s: float | None, started_at: float, bar
         raise TuneError(
             "give a build function to tune (trainmedic tune model.py:build) or a script (trainmedic tune --script train.py --set batch_size=2,4)."
         )
-    from trainmedic.plan import load_build
-    from trainmedic.plan.spec import exit_at_import
+    from trainmedic.plan.spec import load_build_for
     from trainmedic.tune import tune
 
-    try:
-        build = load_build(options.spec, options.script_args)
-    except SystemExit as exc:  # an argparse at the top of the module, say
-        raise exit_at_import(options.spec, exc, options.script_args, "tune") from None
+    build = load_build_for("tune", options.spec, options.script_args)
     return tune(
         build,
         target=options.spec,

@@ -46,7 +46,7 @@ def load_build(spec: str, argv: Sequence[str] = ()) -> Callable[[int], Any]:
     ``sys.path``, as ``python model.py`` would, so its sibling imports work, and with the command
     line ``python model.py *argv`` would give it: a module that reads ``sys.argv`` when imported
     (nanoGPT's configurator, an argparse at the top) sees its own arguments, not trainmedic's. A
-    module that exits while imported raises SystemExit, as under python (:func:`exit_at_import`
+    module that exits while imported raises SystemExit, as under python (:func:`load_build_for`
     words it for a command; preflight's child reports it with the output before it).
     """
     target, function, is_file = split_spec(spec)
@@ -111,6 +111,15 @@ def _import_module(name: str) -> Any:
         raise PlanError(f"importing {name} raised ModuleNotFoundError: {exc}") from exc
     except Exception as exc:
         raise PlanError(f"importing {name} raised {type(exc).__name__}: {exc}") from exc
+
+
+def load_build_for(command: str, spec: str, argv: Sequence[str] = ()) -> Callable[[int], Any]:
+    """:func:`load_build` for ``trainmedic COMMAND``: a module that exits while imported (an
+    argparse at its top, say) is a PlanError naming its line and the ``--`` fix."""
+    try:
+        return load_build(spec, argv)
+    except SystemExit as exc:
+        raise exit_at_import(spec, exc, argv, command) from None
 
 
 def exit_at_import(spec: str, exc: SystemExit, argv: Sequence[str], command: str) -> PlanError:
