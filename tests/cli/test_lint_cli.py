@@ -124,3 +124,124 @@ def test_the_pre_commit_hook_manifest_is_valid_and_its_entry_runs(tmp_path):
     ]
     result = subprocess.run([*entry, *hook["args"], str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "TM111" in result.stdout
+
+
+# --fix and --diff. These use TM111's repair (the print put under `if step % 100 == 0:`, which is
+# exactly CLEAN above) and its refusal where the loop has no step counter.
+NO_STEP_COUNTER = """
+for batch in loader:
+    loss = model(batch).mean()
+    loss.backward()
+    optimizer.step()
+    print("loss", loss)
+"""
+
+
+def test_fix_rewrites_the_file_and_exits_0_when_nothing_is_left(tm):
+    script = tm.script("train.py", PRINTS_EVERY_STEP)
+    result = tm("lint", "--fix", "train.py")
+    assert (result.returncode, result.stdout) == (0, "")
+    assert script.read_text(encoding="utf-8") == CLEAN.lstrip()
+    assert "Fixed 1 finding in 1 file; none left (1 file checked)." in result.stderr
+    assert tm("lint", "train.py").returncode == 0
+
+
+def test_fix_says_why_what_is_left_was_not_fixed_and_exits_1(tm):
+    tm.script("train.py", PRINTS_EVERY_STEP)
+    stuck = tm.script("eval.py", NO_STEP_COUNTER)
+    result = tm("lint", "--fix", ".")
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "eval.py:5:5: TM111 print() runs on every training step; log every N steps "
+        "(if step % log_every == 0) or once per epoch",
+        "  not fixed: the training loop has no step counter in sight; loop with `for step, batch in "
+        "enumerate(loader):` and report when step % N == 0",
+    ]
+    assert stuck.read_text(encoding="utf-8") == NO_STEP_COUNTER.lstrip()
+    assert "Fixed 1 finding in 1 file; 1 left (2 files checked)." in result.stderr
+    assert "`trainmedic lint --explain CODE` says why" in result.stderr
+    as_json = json.loads(tm("lint", "--fix", "--json", ".").stdout)
+    assert [(f["path"], f["fix"], bool(f["unfixable"])) for f in as_json] == [("eval.py", None, True)]
+
+
+def test_diff_prints_the_repairs_and_changes_nothing(tm):
+    script = tm.script("train.py", PRINTS_EVERY_STEP)
+    for args in (["--diff"], ["--fix", "--diff"]):  # --fix --diff is --diff, as in ruff
+        result = tm("lint", *args, "train.py")
+        assert result.returncode == 1, args
+        assert (
+            '\n-    print("step", step)\n+    if step % 100 == 0:\n+        print("step", step)'
+            in result.stdout
+        )
+        assert result.stdout.splitlines()[1].endswith("train.py")  # the +++ line
+        assert "Would fix 1 finding in 1 file; none would be left." in result.stderr
+        assert script.read_text(encoding="utf-8") == PRINTS_EVERY_STEP.lstrip()
+    tm.script("clean.py", CLEAN)
+    clean = tm("lint", "--diff", "clean.py")
+    assert (clean.returncode, clean.stdout) == (0, "")
+    assert "No fixes to apply (1 file checked)." in clean.stderr
+
+
+# --output-format
+
+
+def test_output_format_json_is_the_json_flag(tm):
+    tm.script("train.py", PRINTS_EVERY_STEP)
+    assert tm("lint", "--output-format", "json", "train.py").stdout == tm("lint", "--json", "train.py").stdout
+    both = tm("lint", "--json", "--output-format", "json", "train.py")
+    assert both.returncode == 1 and json.loads(both.stdout)[0]["code"] == "TM111"
+
+
+def test_output_format_sarif_and_github(tm):
+    tm.script("train.py", PRINTS_EVERY_STEP)
+    tm.script("broken.py", "for x in :\n")
+    sarif = tm("lint", "--output-format", "sarif", ".")
+    assert sarif.returncode == 1
+    [run] = json.loads(sarif.stdout)["runs"]
+    [finding] = run["results"]
+    assert (finding["ruleId"], finding["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]) == (
+        "TM111",
+        "train.py",
+    )
+    assert finding["fixes"][0]["description"]["text"].startswith("report every 100 steps")
+    assert run["invocations"][0]["executionSuccessful"] is False
+    github = tm("lint", "--output-format", "github", ".")
+    assert github.returncode == 1
+    assert github.stdout.splitlines() == [
+        "::warning file=train.py,line=5,col=5,title=TM111 log-every-step::print() runs on every training "
+        "step; log every N steps (if step %25 log_every == 0) or once per epoch",
+        "::error file=broken.py,line=1,col=10,title=trainmedic lint::syntax error: invalid syntax; "
+        "the file was not checked",
+    ]
+    text = tm("lint", "--output-format", "text", "train.py")
+    assert text.stdout == tm("lint", "train.py").stdout
+
+
+def test_a_bad_output_format_is_a_usage_error_listing_the_formats(tm):
+    tm.script("train.py", CLEAN)
+    bad = tm("lint", "--output-format", "xml", "train.py")
+    assert bad.returncode == 2
+    assert "Invalid value for '--output-format'" in bad.stderr
+    assert "'xml' is not one of 'text', 'json', 'sarif', 'github'" in bad.stderr
+    clash = tm("lint", "--json", "--output-format", "sarif", "train.py")
+    assert clash.returncode == 2
+    assert "--json is --output-format json; it cannot go with --output-format sarif" in clash.stderr
+
+
+# [tool.trainmedic.lint]
+
+
+def test_the_projects_pyproject_settings_apply_unless_isolated(tm):
+    tm.script("pyproject.toml", '[tool.trainmedic.lint]\nexclude = ["scratch"]\nignore = ["TM111"]\n')
+    (tm.cwd / "scratch").mkdir()
+    tm.script("scratch/try.py", PRINTS_EVERY_STEP)
+    tm.script("train.py", PRINTS_EVERY_STEP)
+    result = tm("lint")
+    assert (result.returncode, result.stdout) == (0, "")
+    assert "No findings (1 file checked)." in result.stderr
+    isolated = tm("lint", "--isolated")
+    assert isolated.returncode == 1 and isolated.stdout.count("TM111") == 2
+    broken = tm.script("pyproject.toml", "[tool.trainmedic.lint]\nignore = TM111\n")
+    error = tm("lint")
+    assert error.returncode == 2
+    assert f"trainmedic lint: error: {broken} is not valid TOML" in error.stderr and "line 2" in error.stderr

@@ -1,8 +1,9 @@
 """The Keras lint rules on real Keras 3 code: each script is run (torch backend) to show the
 mistake does what the rule says, and linted to show the rule finds it — and nothing on the fix.
 
-Two child processes in all: one runs every broken script, one every fixed script (Keras takes
-~3 s to import), each script in its own namespace through runpy.
+Each rule with a repair is also run as ``trainmedic lint --fix`` repairs it, to show the repair
+does what the hand-written fix does. Two child processes in all: one runs every broken script, one
+every fixed and repaired script (Keras takes ~3 s to import), each in its own namespace (runpy).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.lint import lint_source
+from trainmedic.lint import get_rule, lint_source, select_rules
+from trainmedic.lint.autofix import repair_source
 
 #: name -> (the code the broken script must get, broken source, the fix: (old, new) edits of that
 #: source, each found exactly once). Scripts leave what they observed in RESULT.
@@ -145,12 +147,20 @@ def _source(name: str, fixed: bool) -> str:
     return textwrap.dedent(source).lstrip()
 
 
+def _repaired(name: str) -> str:
+    after, _, _ = repair_source(_source(name, fixed=False), f"{name}.py", select_rules(None, None))
+    return after
+
+
 def _run_all(folder: Path, fixed: bool) -> dict[str, dict]:
     folder.mkdir()
     names = []
     for name in CASES:
         (folder / f"{name}.py").write_text(_source(name, fixed), encoding="utf-8")
         names.append(f"{name}.py")
+        if fixed:
+            (folder / f"{name}_repaired.py").write_text(_repaired(name), encoding="utf-8")
+            names.append(f"{name}_repaired.py")
     env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONWARNINGS": "ignore"}
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, *names],
@@ -195,12 +205,19 @@ def test_the_broken_scripts_really_go_wrong_in_keras(runs):
 
 def test_the_fixed_scripts_run_in_keras(runs):
     _, fixed = runs
-    assert fixed == {
+    assert {name: fixed[name] for name in CASES} == {
         "loop_capture": {"result": [1.0, 2.0, 3.0]},
         "monitor_mode": {"result": 2},
         "backend_op_on_keras_tensor": {"result": [2, 1]},
         "open_per_batch": {"result": 2},
     }
+
+
+@pytest.mark.parametrize("name", [name for name in CASES if get_rule(CASES[name][0]).fixer])
+def test_the_repaired_script_does_what_the_hand_fix_does(runs, name):
+    _, fixed = runs
+    assert _codes(_repaired(name)) == []
+    assert fixed[f"{name}_repaired"] == fixed[name]
 
 
 def test_the_torch_op_message_names_the_keras_ops_fix():

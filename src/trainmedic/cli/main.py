@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -23,6 +24,9 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits it
 )
+
+#: `trainmedic lint --output-format` (trainmedic.lint.formats.FORMATS, not imported until lint runs).
+_OutputFormat = Enum("OutputFormat", {name: name for name in ("text", "json", "sarif", "github")}, type=str)
 
 #: main() marks where the script's own arguments begin with `--` (cli/script_args.py); this
 #: keeps `run train.py --iters 3` working when the app is called without it (tests, embedding).
@@ -109,7 +113,12 @@ def demo(
 @app.command()
 def lint(
     paths: list[str] = typer.Argument(None, metavar="PATH", help="Python files or folders (default: .)."),
+    output_format: _OutputFormat | None = typer.Option(
+        None, "--output-format", metavar="FORMAT", help="text (default), json, sarif or github (annotations)."
+    ),
     json_output: bool = typer.Option(False, "--json", help="Print findings as a JSON list on stdout."),
+    fix: bool = typer.Option(False, "--fix", help="Apply the mechanical repairs; print what is left."),
+    diff: bool = typer.Option(False, "--diff", help="Print the repairs as a diff; change no file."),
     explain: str | None = typer.Option(
         None, "--explain", metavar="CODE", help="Explain a rule: why, fix, example."
     ),
@@ -119,23 +128,26 @@ def lint(
     ignore: str | None = typer.Option(
         None, "--ignore", metavar="CODES", help="Skip these codes or prefixes."
     ),
+    config: str | None = typer.Option(None, "--config", metavar="PATH", help="The pyproject.toml to read."),
+    isolated: bool = typer.Option(False, "--isolated", help="Ignore [tool.trainmedic.lint] settings."),
+    force_exclude: bool = typer.Option(False, "--force-exclude", help="Also exclude files named here."),
     list_rules: bool = typer.Option(False, "--list-rules", help="List every rule and exit."),
 ) -> None:
     """Find training-code pitfalls (TM1xx) without running the code: path:line:col: CODE message.
 
     Exit code 0 when clean, 1 with findings (or a file that cannot be parsed), 2 on usage errors.
-    Silence one line with `# noqa: TM107`.
+    Silence one line with `# noqa: TM107`; settings in pyproject.toml's [tool.trainmedic.lint].
     """
     from trainmedic.cli import lint as lint_command
+    from trainmedic.cli.lint import LintOptions
 
     if explain is not None:
         raise typer.Exit(lint_command.explain(explain, typer.echo, _stderr()))
     if list_rules:
         raise typer.Exit(lint_command.list_rules(typer.echo))
-    code = lint_command.run_lint(
-        list(paths or []), as_json=json_output, select=select, ignore=ignore, out=typer.echo, err=_stderr()
-    )
-    raise typer.Exit(code)
+    fmt = output_format.value if output_format is not None else None
+    options = LintOptions(fmt, json_output, select, ignore, fix, diff, config, isolated, force_exclude)
+    raise typer.Exit(lint_command.run_lint(list(paths or []), options, out=typer.echo, err=_stderr()))
 
 
 @app.command()

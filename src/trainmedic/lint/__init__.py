@@ -9,18 +9,25 @@ dependencies (TensorFlow, Lightning, a GPU) are not installed.
     ['TM107', 'TM111']
 """
 
+from trainmedic.lint.config import LintConfig, find_config, load_config
 from trainmedic.lint.engine import lint_paths, lint_source
+from trainmedic.lint.formats import FORMATS, format_result
 from trainmedic.lint.model import FileProblem, LintResult, Rule, Violation
 from trainmedic.lint.rules import all_rules, get_rule, select_rules
 
 __all__ = [
+    "FORMATS",
     "FileProblem",
+    "LintConfig",
     "LintResult",
     "Rule",
     "Violation",
     "all_rules",
+    "find_config",
+    "format_result",
     "get_rule",
     "lint_paths",
     "lint_source",
+    "load_config",
     "select_rules",
 ]

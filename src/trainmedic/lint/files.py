@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainmedic.errors import LintError
 from trainmedic.lint.model import FileProblem
 from trainmedic.userfiles import UserFiles
+
+if TYPE_CHECKING:
+    from trainmedic.lint.config import LintConfig
 
 #: Folders that hold other people's code or build output, never the user's training code.
 _SKIPPED_DIRS = frozenset(
@@ -33,15 +38,21 @@ _SKIPPED_DIRS = frozenset(
 )
 
 
-def discover(paths: list[str]) -> tuple[list[str], list[FileProblem]]:
+def discover(paths: list[str], config: LintConfig | None = None) -> tuple[list[str], list[FileProblem]]:
     """The Python files under ``paths``, sorted and without repeats, and the files given by name
-    that are not Python (reported, then skipped). A path that does not exist is a usage error."""
+    that are not Python (reported, then skipped). A path that does not exist is a usage error.
+
+    ``config``'s ``exclude`` skips what the walk finds; a path given by name is still read, as
+    ruff does, unless ``force_exclude`` (pre-commit names every file it hands over)."""
     found: list[str] = []
     problems: list[FileProblem] = []
+    excluded = config.excluded if config is not None and config.exclude else None
     for given in paths:
         path = Path(given)
+        if path.exists() and excluded and config.force_exclude and excluded(given, with_parents=True):
+            continue
         if path.is_dir():
-            found.extend(_walk(path))
+            found.extend(_walk(path, excluded))
         elif path.is_file():
             if _is_python(path):
                 found.append(str(path))
@@ -62,7 +73,7 @@ def discover(paths: list[str]) -> tuple[list[str], list[FileProblem]]:
     return sorted(unique.values()), problems
 
 
-def _walk(root: Path) -> list[str]:
+def _walk(root: Path, excluded: Callable[[str], bool] | None = None) -> list[str]:
     files = []
     # Installed code below the root (a site-packages, the interpreter's own folders) is not the
     # user's, by the same check run and preflight use; a root that is installed code itself was
@@ -78,10 +89,12 @@ def _walk(root: Path) -> list[str]:
             and not d.endswith(".egg-info")
             and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
             and (below_library or os.path.join(folder, d) in user)
+            and not (excluded and excluded(os.path.join(folder, d)))
         )
-        files.extend(
-            os.path.normpath(os.path.join(folder, name)) for name in names if name.endswith((".py", ".pyw"))
-        )
+        for name in names:
+            path = os.path.normpath(os.path.join(folder, name))
+            if name.endswith((".py", ".pyw")) and not (excluded and excluded(path)):
+                files.append(path)
     return files
 
 

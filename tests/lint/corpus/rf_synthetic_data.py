@@ -116,6 +116,14 @@ def random_emitters(n, seed):
     return [(i, (lat[i], lon[i]), freq[i], snr[i]) for i in range(n)]
 
 
+def validation_set(n=512, seed=1):
+    """A fixed held-out set, made once before training."""
+    emitters = random_emitters(n, seed)
+    iq = np.stack([generate_iq_sample(tx, freq, snr) for _, tx, freq, snr in emitters])  # expect: TM113
+    labels = np.array([[freq / 1e4, snr / 30] for _, _, freq, snr in emitters], dtype=np.float32)
+    return iq, labels
+
+
 def write_shard(path, iq, labels):
     np.savez_compressed(path, iq=iq, labels=labels)
     return path
@@ -203,6 +211,12 @@ def train(data_dir, epochs=20, batch_size=256, lr=1e-3):
             opt.step()
             running += loss.detach()
         log.info("epoch %d  loss %.4f", epoch, (running / len(loader)).item())
+    model.eval()
+    val_iq, val_labels = validation_set()
+    val_x = torch.from_numpy(val_iq).permute(0, 1, 3, 2).reshape(len(val_iq), -1, NUM_SAMPLES).to(DEVICE)
+    with torch.no_grad():
+        val_loss = nn.functional.mse_loss(model(val_x), torch.from_numpy(val_labels).to(DEVICE))
+    log.info("validation loss %.4f", val_loss.item())
     torch.save(model.state_dict(), os.path.join(data_dir, "offset_net.pt"))
 
 

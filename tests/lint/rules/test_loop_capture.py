@@ -21,7 +21,7 @@ def test_seed_keras_lambda_per_antenna(lint):
     [(line, message)] = lint(source, "TM101")
     assert line == 8
     assert "`rx_idx`" in message and "layers.Lambda()" in message
-    assert "`lambda x, rx_idx=rx_idx: ...`" in message and "functools.partial" in message
+    assert "`lambda x, *, rx_idx=rx_idx: ...`" in message and "functools.partial" in message
 
 
 def test_comprehensions_build_lambdas_late(lines):
@@ -49,8 +49,8 @@ def test_hooks_registered_per_module(lint):
     """
     found = lint(source, "TM101")
     assert [line for line, _ in found] == [5, 8]
-    assert "`lambda m, inp, out, name=name: ...`" in found[0][1]
-    assert "nested function save_grad()" in found[1][1] and "`def save_grad(grad, i=i):`" in found[1][1]
+    assert "`lambda m, inp, out, *, name=name: ...`" in found[0][1]
+    assert "nested function save_grad()" in found[1][1] and "`def save_grad(grad, *, i=i):`" in found[1][1]
 
 
 def test_schedulers_threads_and_stored_functions(lines):
@@ -178,7 +178,7 @@ def test_the_fix_binds_every_captured_variable(lint):
     [(line, message)] = lint(source, "TM101")
     assert line == 6
     assert "`mean`, `std`" in message
-    assert "bind them now with `lambda b, mean=mean, std=std: ...`" in message
+    assert "bind them now with `lambda b, *, mean=mean, std=std: ...`" in message
 
 
 def test_noqa_silences_the_line():

@@ -63,6 +63,60 @@ def test_seed_001_samples_generated_and_moved_one_at_a_time(lint):
     assert "in the loop over `range(batch_size)` (line 7)" in found[0][1]
 
 
+def test_samples_made_by_a_function_and_moved_name_the_vectorize_fix(lint):
+    # The loop's count is a plain `n`, `N` or the length of a parameter list: what says "one
+    # sample per iteration" is the user's function making each from the loop variable.
+    source = """
+        import torch
+
+        def to_gpu_samples(make_np, n, device):
+            xs = []
+            for i in range(n):
+                xs.append(torch.from_numpy(make_np(i)).to(device))
+            return xs
+
+        def make_batch(params, batch_size, device):
+            signals = []
+            for i in range(batch_size):
+                sig = generate_iq_sample(params[i])
+                signals.append(torch.from_numpy(sig).to(device))
+            return torch.stack(signals)
+
+        gpu = [torch.as_tensor(synth(f, s)).cuda() for f, s in zip(freqs, snrs)]
+    """
+    found = lint(source, "TM108")
+    assert [line for line, _ in found] == [7, 14, 17]
+    assert found[0][1].startswith(
+        "torch.from_numpy(make_np(i)).to(device) in the loop over `range(n)` (line 6) copies one sample at a "
+        "time to the GPU; build the batch on the host (torch.stack / np.stack) and move it with one call, or "
+        "make the whole batch on the device: `gen = batch.vectorize(make_np)` (trainmedic.batch) makes it in "
+        "one call per 256 samples"
+    )
+    assert "`gen = batch.vectorize(generate_iq_sample)`" in found[1][1]
+    assert "in the comprehension over `zip(freqs, snrs)` (line 17)" in found[2][1]
+    assert "`gen = batch.vectorize(synth)`" in found[2][1]
+
+
+def test_made_and_moved_but_not_samples(lines):
+    source = """
+        import torch
+
+        models = []
+        for m in ensemble:
+            models.append(build(m).to(device))
+        nets = [make_net(cfg).cuda() for cfg in specs]
+        for epoch in range(num_epochs):
+            history.append(summarize(epoch).to(device))
+        copies = {}
+        for attr in state:
+            value = getattr(owner, attr)
+            copies[attr] = clone(value).to(value.device)
+        for i in range(n):
+            out.append(model(encode(i).to(device)))
+    """
+    assert lines(source, "TM108") == []
+
+
 def test_rows_of_a_loaded_array(lines):
     source = """
         import numpy as np

@@ -403,4 +403,7 @@ loader = DataLoader(ImageDataset(paths, labels), batch_size=64, shuffle=True,
                     num_workers=8, pin_memory=True, persistent_workers=True)
 """,
     check=check,
+    not_fixable=(
+        "how many workers fit depends on the machine's cores and on whether the data source is safe to share across processes; set num_workers (and persistent_workers=True) by hand"
+    ),
 )

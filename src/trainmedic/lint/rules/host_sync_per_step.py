@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 
 from trainmedic.lint.context import FUNCTIONS, SCOPES, ModuleContext
+from trainmedic.lint.fixers.step_gate import gate
 from trainmedic.lint.model import Rule
 from trainmedic.lint.syntax import bound_names, keyword, last_name, string_value
 
@@ -410,7 +411,9 @@ RULE = Rule(
     fix=(
         "Accumulate on the device (running += loss.detach(); correct += (pred == y).sum()) and read\n"
         "the totals every N steps (if step % log_every == 0) or once per epoch; torchmetrics keeps\n"
-        "its state on the device the same way."
+        "its state on the device the same way. `trainmedic lint --fix` puts a statement that only\n"
+        "prints or logs the value under `if step % 100 == 0:` where the loop's step counter is in\n"
+        "sight; a value kept or summed every step is left for you to move onto the device."
     ),
     before="""
 device = torch.device("cuda")
@@ -436,4 +439,5 @@ for step, (x, y) in enumerate(loader):
         print(f"loss {running_loss.item() / (step + 1):.4f}")
 """,
     check=check,
+    fixer=gate,
 )

@@ -3,35 +3,16 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 
 from trainmedic.lint.context import ModuleContext
+from trainmedic.lint.fixers.step_gate import LOG_EVERY, gate, printer_name
 from trainmedic.lint.model import Rule
-from trainmedic.lint.syntax import last_name
-
-#: logger.debug is left alone: it is off unless asked for, and then the user wants every step.
-_LOG_LEVELS = frozenset({"info", "warning", "warn", "error", "critical", "exception"})
-_LOGGER_NAME = re.compile(r"log", re.IGNORECASE)
-
-
-def _printer(context: ModuleContext, call: ast.Call) -> str | None:
-    qualname = context.qualname(call.func) or ""
-    if qualname in ("print", "pprint.pprint", "sys.stdout.write", "sys.stderr.write") or qualname.endswith(
-        "tqdm.write"
-    ):
-        return qualname.rsplit(".", 1)[-1] + "()" if qualname != "print" else "print()"
-    func = call.func
-    if isinstance(func, ast.Attribute) and func.attr in _LOG_LEVELS:
-        receiver = last_name(func.value)
-        if receiver and _LOGGER_NAME.search(receiver):
-            return f"{receiver}.{func.attr}()"
-    return None
 
 
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
     for call in context.nodes(ast.Call):
-        what = _printer(context, call)
+        what = printer_name(context, call)
         if what is None or not context.runs_every_step(call):
             continue
         yield (
@@ -57,7 +38,9 @@ RULE = Rule(
     ),
     fix=(
         "Log every N steps behind `if step % log_every == 0:`, or accumulate on the device and print\n"
-        "once per epoch. logger.debug() is not flagged: it is off unless asked for."
+        "once per epoch. logger.debug() is not flagged: it is off unless asked for.\n"
+        f"`trainmedic lint --fix` puts the print under `if step % {LOG_EVERY} == 0:` where the loop's\n"
+        "step counter is in sight (enumerate, range, a `+= 1` counter)."
     ),
     before="""
 for step, (x, y) in enumerate(loader):
@@ -75,4 +58,5 @@ for step, (x, y) in enumerate(loader):
         print(f"step {step} loss {loss.item():.4f}")
 """,
     check=check,
+    fixer=gate,
 )

@@ -17,9 +17,11 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from trainmedic.lint.context import ModuleContext
-from trainmedic.lint.model import Rule
+from trainmedic.lint.fixing import column, indent_of, insert_at, replace_node, span, text_of
+from trainmedic.lint.model import Fix, Rule
 from trainmedic.lint.syntax import argument, keyword, string_value
 
 #: Callback → (position of monitor, position of mode) in the signature.
@@ -336,38 +338,99 @@ def _lightning_message(callback: str, monitor: str, call: ast.Call) -> str | Non
     )
 
 
+class _Module:
+    """What the Keras lookups need from the whole module, computed once and only when asked."""
+
+    def __init__(self, context: ModuleContext) -> None:
+        self.context = context
+        # A custom metric class that declares its own direction makes Keras 3's lookup succeed.
+        self.custom_directions = "_direction" in context.source
+        self._declared: dict[str, str] | None = None
+        self.outputs: set[str] = set()
+
+    @property
+    def declared(self) -> dict[str, str]:
+        if self._declared is None:
+            self._declared = _declared_metric_names(self.context)
+            self.outputs = {k.value for d in self.context.nodes(ast.Dict) for k in d.keys if string_value(k)}
+        return self._declared
+
+
+class _Finding(NamedTuple):
+    message: str
+    #: The mode to pass, or None when the metric's name does not say.
+    wanted: str | None
+    #: The ``mode="auto"`` argument to replace, if there is one.
+    auto: ast.expr | None
+    monitor: ast.expr
+
+
+def _judge(module: _Module, call: ast.Call) -> _Finding | None:
+    context = module.context
+    qualname = context.qualname(call.func) or ""
+    callback = qualname.rsplit(".", 1)[-1]
+    if qualname.startswith("keras.") and callback in _KERAS:
+        positions, framework = _KERAS[callback], "keras"
+    elif qualname.startswith("lightning.pytorch.") and callback in _LIGHTNING:
+        positions, framework = _LIGHTNING[callback], "lightning"
+    else:
+        return None
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None  # mode may come in through *args/**kwargs
+    mode = argument(call, positions[1], "mode")
+    if mode is not None and not (framework == "keras" and string_value(mode) == "auto"):
+        return None
+    monitor_node = argument(call, positions[0], "monitor")
+    monitor = _literal(context, call, monitor_node)
+    if monitor is None:
+        return None
+    if framework == "lightning":
+        message = _lightning_message(callback, monitor, call)
+        return _Finding(message, "max", mode, monitor_node) if message else None
+    message = _keras_message(callback, monitor, call, module.declared, module.outputs)
+    if not message or (module.custom_directions and "raises ValueError" in message):
+        return None
+    metric = monitor.removeprefix("val_")
+    wanted = (
+        _KNOWN.get(re.sub(r"_\d+$", "", metric.lower())) or module.declared.get(metric) or direction(metric)
+    )
+    return _Finding(message, wanted, mode, monitor_node)
+
+
 def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
-    # A custom metric class that declares its own direction makes Keras 3's lookup succeed.
-    custom_directions = "_direction" in context.source
-    declared, outputs = None, set()
+    module = _Module(context)
     for call in context.nodes(ast.Call):
-        qualname = context.qualname(call.func) or ""
-        callback = qualname.rsplit(".", 1)[-1]
-        if qualname.startswith("keras.") and callback in _KERAS:
-            positions, framework = _KERAS[callback], "keras"
-        elif qualname.startswith("lightning.pytorch.") and callback in _LIGHTNING:
-            positions, framework = _LIGHTNING[callback], "lightning"
-        else:
-            continue
-        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-            continue  # mode may come in through *args/**kwargs
-        mode = argument(call, positions[1], "mode")
-        if mode is not None and not (framework == "keras" and string_value(mode) == "auto"):
-            continue
-        monitor = _literal(context, call, argument(call, positions[0], "monitor"))
-        if monitor is None:
-            continue
-        if framework == "lightning":
-            message = _lightning_message(callback, monitor, call)
-        else:
-            if declared is None:
-                declared = _declared_metric_names(context)
-                outputs = {k.value for d in context.nodes(ast.Dict) for k in d.keys if string_value(k)}
-            message = _keras_message(callback, monitor, call, declared, outputs)
-            if custom_directions and message and "raises ValueError" in message:
-                continue
-        if message:
-            yield call, message
+        judged = _judge(module, call)
+        if judged is not None:
+            yield call, judged.message
+
+
+def fix(context: ModuleContext, call: ast.AST) -> Fix | str:
+    """Pass the mode the metric's name says: replace ``mode="auto"``, or add ``mode=`` after the
+    last argument (on its own line when the call puts one argument per line)."""
+    judged = _judge(_Module(context), call)
+    if judged is None or judged.wanted is None:
+        return (
+            "the metric's name does not say whether it should go up or down; pass mode='min' or "
+            "mode='max' yourself"
+        )
+    quote = "'" if text_of(context, judged.monitor)[:1] == "'" else '"'
+    value = f"{quote}{judged.wanted}{quote}"
+    if judged.auto is not None:
+        return Fix(f"mode={value} instead of 'auto'", (replace_node(context, judged.auto, value),))
+    arguments = sorted([*call.args, *(k for k in call.keywords)], key=lambda n: (n.lineno, n.col_offset))
+    if not arguments:
+        return "the call has no arguments to add mode= after; pass it yourself"
+    last = arguments[-1]
+    line, col, end_line, end_col = span(context, last)
+    one_per_line = len(arguments) > 1 and arguments[-2].end_lineno < last.lineno and owns_start(context, last)
+    text = f",\n{indent_of(context, line)}mode={value}" if one_per_line else f", mode={value}"
+    return Fix(f"pass mode={value}", (insert_at(end_line, end_col, text),))
+
+
+def owns_start(context: ModuleContext, node: ast.AST) -> bool:
+    """Only whitespace before ``node`` on its first line."""
+    return not context.lines[node.lineno - 1][: column(context, node.lineno, node.col_offset) - 1].strip()
 
 
 RULE = Rule(
@@ -387,7 +450,9 @@ RULE = Rule(
     fix=(
         "Say which way the metric should go: mode='min' for errors and losses, mode='max' for accuracy,\n"
         "AUC, F1, IoU, Dice, PSNR. Not flagged: monitor='val_loss', an explicit mode=, and compiled\n"
-        "built-in metrics whose direction every Keras version gets right (val_accuracy, val_mae)."
+        "built-in metrics whose direction every Keras version gets right (val_accuracy, val_mae).\n"
+        "`trainmedic lint --fix` passes the mode the metric's name says; a name that says neither is\n"
+        "left for you."
     ),
     before="""
 from tensorflow import keras
@@ -408,4 +473,5 @@ callbacks = [
 ]
 """,
     check=check,
+    fixer=fix,
 )

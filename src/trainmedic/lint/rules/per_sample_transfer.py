@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from trainmedic.lint.context import LOOPS, SCOPES, ModuleContext
 from trainmedic.lint.model import Rule
+from trainmedic.lint.sample_makers import generated_sample
 from trainmedic.lint.syntax import (
     argument,
     bound_names,
@@ -235,8 +236,9 @@ def _array_call(context: ModuleContext, call: ast.Call) -> bool:
     return module in ("numpy", "torch", "numpy.random") and name in _ARRAY_MAKERS
 
 
-def _in_sample_loop(context: ModuleContext, call: ast.Call, moved: ast.AST) -> str | None:
-    """The innermost loop (or comprehension) over samples whose iterations move a new value."""
+def _in_sample_loop(context: ModuleContext, call: ast.Call, moved: ast.AST) -> tuple[str, str | None] | None:
+    """The innermost loop (or comprehension) over samples whose iterations move a new value, and
+    the user's function that makes that value per iteration (``make_np(i)``), where one does."""
     child: ast.AST = call
     for ancestor in context.ancestors(call):
         if isinstance(ancestor, SCOPES) or ancestor in context.step_loops:
@@ -246,12 +248,17 @@ def _in_sample_loop(context: ModuleContext, call: ast.Call, moved: ast.AST) -> s
             loops = list(ancestor.generators)
         elif isinstance(ancestor, LOOPS) and any(child is s for s in ancestor.body):  # else: runs once
             loops = [ancestor]
+        if loops:
+            # A sample made by the user's function each iteration (seed 001: generate, then move).
+            generated = generated_sample(context, ancestor, call, moved)
+            if generated is not None:
+                return f"in {generated[0]}", generated[1]
         for loop in loops:
             iterable = getattr(loop, "iter", None)
             zipped = isinstance(iterable, ast.Call) and last_name(iterable.func) in _WRAPPERS
             over = next((p for p in (iterable.args if zipped else [iterable]) if _samples(context, p)), None)
             if over is not None and _varies(loop, ancestor, moved):
-                return f"in the loop over `{ast.unparse(over)}` (line {ancestor.lineno})"
+                return f"in the loop over `{ast.unparse(over)}` (line {ancestor.lineno})", None
         child = ancestor
     return None
 
@@ -280,13 +287,20 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
                 ),
             )
             continue
-        where = _in_sample_loop(context, call, moved)
-        if where is not None:
+        found = _in_sample_loop(context, call, moved)
+        if found is not None:
+            where, maker = found
+            batched = (
+                f": `gen = batch.vectorize({maker})` (trainmedic.batch) makes it in one call per 256 samples"
+                if maker
+                else ""
+            )
             yield (
                 call,
                 (
                     f"{what} {where} copies one sample at a time to the GPU; build the batch on the host "
-                    "(torch.stack / np.stack) and move it with one call, or make the whole batch on the device"
+                    f"(torch.stack / np.stack) and move it with one call, or make the whole batch on the device"
+                    f"{batched}"
                 ),
             )
 

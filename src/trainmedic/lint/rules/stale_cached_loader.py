@@ -188,4 +188,7 @@ class Targets:
         return next(self._iter)[0].to(device)
 """,
     check=check,
+    not_fixable=(
+        "which arguments belong in the cache's key is a design choice (key the cache on them, or build the loader each time); make it by hand"
+    ),
 )

@@ -311,4 +311,7 @@ def generate_sample(freq, snr_db, rng):
 batch.generate(generate_sample, {"freq": freqs, "snr_db": snrs}, out="shards/", seed=0)
 """,
     check=check,
+    not_fixable=(
+        "batching the per-sample work changes the function's interface; wrap it with trainmedic.batch.vectorize by hand"
+    ),
 )
