@@ -75,6 +75,13 @@ def test_explain_prints_the_card(tm):
     assert "Seed 002" in result.stdout and "\nAfter\n" in result.stdout
 
 
+def test_the_card_and_the_list_say_which_rules_repair(tm):
+    card = tm("lint", "--explain", "TM110")
+    assert "\nAutomatic fix\n    No: how many workers fit depends on the machine's cores" in card.stdout
+    listed = {line.split()[0]: line for line in tm("lint", "--list-rules").stdout.splitlines()}
+    assert listed["TM111"].split()[2] == "fix" and listed["TM110"].split()[2] != "fix"
+
+
 def test_usage_errors_exit_2_and_name_the_bad_value(tm):
     tm.script("train.py", CLEAN)
     unknown = tm("lint", "--explain", "TM999")
