@@ -53,9 +53,10 @@ RULE = Rule(
         "one file per sample and is not flagged."
     ),
     fix=(
-        "Open the file or connection once: in __init__, or lazily once per DataLoader worker\n"
-        "(`if self.h5 is None: self.h5 = h5py.File(self.path, 'r')`; a connection or an open HDF5\n"
-        "handle cannot be pickled into workers). `trainmedic lint --fix` does this for an h5py.File\n"
+        "Open the file or connection once: in __init__, or lazily once per process, checked against\n"
+        "os.getpid() (a handle the parent opened before a DataLoader forks must not be read by its\n"
+        "workers) and left out of the pickle (an open HDF5 handle or connection cannot be pickled\n"
+        "into spawned workers), as below. `trainmedic lint --fix` does this for an h5py.File\n"
         "or sqlite3.connect used for reads in a Dataset method: the handle is kept on the Dataset,\n"
         "opened again in each worker process and left out of its pickle. Better, when the data fits,\n"
         "read it once into RAM or VRAM with trainmedic.data: `data.load(path, fields=[...])` or\n"
@@ -74,18 +75,27 @@ class Signals(Dataset):
             return f["x"][idx], f["y"][idx]
 """,
     after="""
+import os
+
 import h5py
 from torch.utils.data import Dataset
 
 class Signals(Dataset):
     def __init__(self, path):
+        self._file = None  # opened in __getitem__() on first use in each process
+        self._file_pid = None
         self.path = path
-        self.h5 = None
+
+    def __getstate__(self):
+        # Open files and connections cannot be pickled: each DataLoader worker opens its own.
+        return {**self.__dict__, "_file": None}
 
     def __getitem__(self, idx):
-        if self.h5 is None:  # once per worker process
-            self.h5 = h5py.File(self.path, "r")
-        return self.h5["x"][idx], self.h5["y"][idx]
+        if self._file is None or self._file_pid != os.getpid():  # first use in this process
+            self._file = h5py.File(self.path, "r")
+            self._file_pid = os.getpid()
+        f = self._file
+        return f["x"][idx], f["y"][idx]
 """,
     check=check,
     fixer=fix,
