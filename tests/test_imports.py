@@ -18,7 +18,18 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: Lowest first. A package may import itself and anything on a lower floor; the base modules
 #: (single files at the top of the package) sit on floor 0.
 FLOORS: list[set[str]] = [
-    {"_document", "_os", "_version", "categories", "devices", "errors", "progress", "units", "userfiles"},
+    {
+        "_document",
+        "_os",
+        "_pyproject",
+        "_version",
+        "categories",
+        "devices",
+        "errors",
+        "progress",
+        "units",
+        "userfiles",
+    },
     {"checkpoint", "data", "lint", "plan", "roofline"},
     {"batch", "preflight", "run"},
     {"trainmedic", "tune"},  # "trainmedic": the top-level API of trainmedic/__init__.py

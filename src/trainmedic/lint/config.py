@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from trainmedic._pyproject import tool_table
 from trainmedic.errors import LintError
 from trainmedic.lint.model import Rule
 from trainmedic.lint.rules import select_rules
@@ -136,36 +137,7 @@ def load_config(path: str | os.PathLike[str]) -> LintConfig:
 
 
 def _table(pyproject: Path) -> dict[str, Any] | None:
-    toml = _toml_module()
-    try:
-        with open(pyproject, "rb") as handle:
-            data = toml.load(handle)
-    except OSError as exc:
-        raise LintError(f"cannot read {pyproject}: {exc.strerror or exc}") from exc
-    except toml.TOMLDecodeError as exc:  # its message names the line and column
-        raise LintError(f"{pyproject} is not valid TOML: {exc}") from exc
-    table: Any = data
-    for part in TABLE.split("."):
-        table = table.get(part) if isinstance(table, dict) else None
-        if table is None:
-            return None
-    if not isinstance(table, dict):
-        raise LintError(f"{pyproject}: {TABLE} = {table!r} must be a table: [{TABLE}]")
-    return table
-
-
-def _toml_module():
-    try:
-        import tomllib  # Python 3.11+
-    except ImportError:
-        try:
-            import tomli as tomllib  # the same parser, for Python 3.10 (a dependency there)
-        except ImportError:
-            raise LintError(
-                "reading pyproject.toml on Python 3.10 needs the package tomli: pip install tomli "
-                "(or pass --isolated)"
-            ) from None
-    return tomllib
+    return tool_table(pyproject, TABLE, LintError, no_tomli_fix="(or pass --isolated)")
 
 
 def _parse(table: dict[str, Any], source: Path) -> LintConfig:

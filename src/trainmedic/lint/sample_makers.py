@@ -15,11 +15,17 @@ import re
 
 from trainmedic.lint.context import ModuleContext
 from trainmedic.lint.sample_loops import calls_in, kept_values, making, path_words, sample_loop
-from trainmedic.lint.syntax import keyword, last_name, names_in, source_order, string_value, words_in
+from trainmedic.lint.syntax import (
+    keyword,
+    last_name,
+    names_a_gpu,
+    names_in,
+    source_order,
+    words_in,
+)
 
 #: A per-iteration tensor of at least this many elements is not a small op.
 _LARGE_ELEMENTS = 1 << 20
-_DEVICE_NAME = re.compile(r"device|^dev$|cuda|gpu", re.IGNORECASE)
 _CUDA_QUERIES = frozenset(
     "is_available device_count get_device_name get_device_properties current_device "
     "get_device_capability is_initialized mem_get_info memory_allocated memory_reserved synchronize".split()
@@ -89,20 +95,6 @@ def generated_sample(
     return None
 
 
-def _on_gpu(device: ast.AST) -> bool:
-    """``device``, ``self.device``, ``"cuda:0"``, ``torch.device("cuda")``; not ``"cpu"``, not a dtype."""
-    if isinstance(device, ast.Call) and last_name(device.func) == "device":
-        if not device.args:
-            return False
-        device = device.args[0]
-    text = string_value(device)
-    if text is not None:
-        return bool(re.match(r"(cuda|gpu)", text, re.IGNORECASE))
-    if isinstance(device, ast.IfExp):
-        return _on_gpu(device.body) or _on_gpu(device.orelse)
-    return bool(_DEVICE_NAME.search(last_name(device) or ""))
-
-
 def runs_on_gpu(
     context: ModuleContext, call: ast.Call, fresh: frozenset[str] | set[str] = frozenset()
 ) -> bool:
@@ -116,7 +108,7 @@ def runs_on_gpu(
     if not qualname.startswith(("torch.", "jax.")):
         return False  # the user's own make_sample(..., device=device): its body says, not its call
     device = keyword(call, "device")
-    if device is None or not _on_gpu(device):
+    if device is None or not names_a_gpu(device):
         return False
     # device=image.device for this iteration's item: the device follows data that exists already.
     return not (isinstance(device, ast.Attribute) and names_in(device.value) & fresh)
@@ -130,7 +122,7 @@ def moves_to_gpu(call: ast.Call) -> bool:
     if func.attr == "cuda" and not call.args:
         return True
     device = keyword(call, "device") or (call.args[0] if call.args else None)
-    return func.attr == "to" and device is not None and _on_gpu(device)
+    return func.attr == "to" and device is not None and names_a_gpu(device)
 
 
 def copies_back(context: ModuleContext, call: ast.Call) -> bool:

@@ -19,6 +19,25 @@ _RATE_WORDS = re.compile(
 _IDENTITY_WORDS = re.compile(r"rank|process_index|is_main|master|world|node|device|gpu", re.IGNORECASE)
 
 
+#: A name that holds a device, as training code names one: ``device``, ``dev``, ``cuda_device``.
+_DEVICE_NAME = re.compile(r"device|^dev$|cuda|gpu", re.IGNORECASE)
+
+
+def names_a_gpu(device: ast.AST) -> bool:
+    """``device``, ``self.device``, ``"cuda:0"``, ``torch.device("cuda")``, ``"cuda" if c else
+    "cpu"``; not ``"cpu"``, not a dtype."""
+    if isinstance(device, ast.Call) and last_name(device.func) == "device":
+        if not device.args:
+            return False
+        device = device.args[0]
+    text = string_value(device)
+    if text is not None:
+        return bool(re.match(r"(cuda|gpu)", text, re.IGNORECASE))
+    if isinstance(device, ast.IfExp):
+        return names_a_gpu(device.body) or names_a_gpu(device.orelse)
+    return bool(_DEVICE_NAME.search(last_name(device) or ""))
+
+
 def last_name(expr: ast.AST) -> str | None:
     """``self.optimizer`` → ``optimizer``; ``opt`` → ``opt``; anything else → None."""
     if isinstance(expr, ast.Name):

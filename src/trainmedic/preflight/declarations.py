@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainmedic._pyproject import tool_table
 from trainmedic.errors import DeviceError, PreflightError
 from trainmedic.preflight.shell_syntax import refuse_shell_syntax
 from trainmedic.units import parse_duration
@@ -161,38 +162,13 @@ def load_settings(overrides: Overrides, cwd: Path | None = None) -> Settings:
 
 
 def _preflight_table(pyproject: Path) -> dict[str, Any] | None:
-    toml = _toml_module()
-    try:
-        with open(pyproject, "rb") as handle:
-            data = toml.load(handle)
-    except OSError as exc:
-        raise PreflightError(f"cannot read {pyproject}: {exc.strerror or exc}") from exc
-    except toml.TOMLDecodeError as exc:
-        raise PreflightError(
-            f"{pyproject} is not valid TOML: {exc}; fix the file (or run from another folder)"
-        ) from exc
-    table: Any = data
-    for part in ("tool", "trainmedic", "preflight"):
-        table = table.get(part) if isinstance(table, dict) else None
-        if table is None:
-            return None
-    if not isinstance(table, dict):
-        raise PreflightError(f"{pyproject}: {TABLE} = {table!r} must be a table: [{TABLE}]")
-    return table
-
-
-def _toml_module():
-    try:
-        import tomllib  # Python 3.11+
-    except ImportError:
-        try:
-            import tomli as tomllib  # the same parser, for Python 3.10
-        except ImportError:
-            raise PreflightError(
-                "reading pyproject.toml on Python 3.10 needs the package tomli: pip install tomli "
-                "(or give the experiments with --command)"
-            ) from None
-    return tomllib
+    return tool_table(
+        pyproject,
+        TABLE,
+        PreflightError,
+        invalid_fix="; fix the file (or run from another folder)",
+        no_tomli_fix="(or give the experiments with --command)",
+    )
 
 
 def _experiments(table: Any, budget: float, root: Path) -> dict[str, Experiment]:

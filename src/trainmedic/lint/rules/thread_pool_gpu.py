@@ -12,10 +12,9 @@ from trainmedic.lint.syntax import (
     argument,
     bound_names,
     keyword,
-    last_name,
+    names_a_gpu,
     names_bound_in,
     names_in,
-    string_value,
     words_in,
 )
 
@@ -40,7 +39,6 @@ _NOT_SAMPLES = re.compile(
     r"device|gpu|cuda|rank|world|epoch|fold|config|cfg|experiment|trial|sweep|hparam|model", re.IGNORECASE
 )
 _SAMPLES = re.compile(r"sample|example|signal|image|item|record|row", re.IGNORECASE)
-_DEVICE_NAME = re.compile(r"device|^dev$|cuda|gpu", re.IGNORECASE)
 #: torch.cuda calls that ask about the GPU without running anything on it.
 _CUDA_QUERIES = frozenset(
     {
@@ -120,22 +118,10 @@ def _gpu_call(context: ModuleContext, call: ast.Call) -> bool:
         return True
     if isinstance(func, ast.Attribute) and func.attr == "to":
         device = keyword(call, "device") or (call.args[0] if call.args else None)
-        if device is not None and _on_gpu(device):
+        if device is not None and names_a_gpu(device):
             return True
     device = keyword(call, "device")
-    return device is not None and _on_gpu(device)
-
-
-def _on_gpu(device: ast.AST) -> bool:
-    """``device``, ``self.device``, ``"cuda:0"``, ``torch.device("cuda")``; not ``"cpu"``, not a dtype."""
-    if isinstance(device, ast.Call) and last_name(device.func) == "device":
-        if not device.args:
-            return False
-        device = device.args[0]
-    text = string_value(device)
-    if text is not None:
-        return bool(re.match(r"(cuda|gpu)", text, re.IGNORECASE))
-    return bool(_DEVICE_NAME.search(last_name(device) or ""))
+    return device is not None and names_a_gpu(device)
 
 
 def _gpu_work(context: ModuleContext, functions: list[ast.AST]) -> ast.Call | None:
