@@ -48,3 +48,17 @@ def test_paths_are_shown_as_a_user_types_them(tmp_path):
     assert shown_path(inside, tmp_path) == os.path.join("pkg", "train.py")
     outside = write(tmp_path.parent / f"{tmp_path.name}-other.py")
     assert shown_path(outside, tmp_path) == outside
+
+
+def test_another_interpreters_library_is_not_the_users(tmp_path):
+    # trainmedic attach reads a process that may run another Python: its stdlib lies elsewhere.
+    stdlib = write(tmp_path / "opt" / "python3.12" / "lib" / "python3.12" / "threading.py")
+    project = tmp_path / "project"
+    project.mkdir()
+    assert stdlib in UserFiles([project], anywhere=True)
+    assert stdlib not in UserFiles(
+        [project], anywhere=True, libraries=[str(tmp_path / "opt" / "python3.12" / "lib")]
+    )
+    assert write(project / "train.py") in UserFiles(
+        [project], anywhere=True, libraries=[str(tmp_path / "opt" / "python3.12" / "lib")]
+    )

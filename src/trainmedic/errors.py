@@ -22,8 +22,10 @@ a message and an exit code. Every message names the bad value, what was expected
     ├── PreflightError         a preflight declaration that cannot be read or run
     ├── BatchError             trainmedic.batch cannot batch or generate as asked: ragged outputs,
     │                          params of mixed lengths, an output folder holding another job
-    └── TuneError              trainmedic tune cannot search as asked: a bad grid value, a batch
-                               axis it cannot find, an option --set names that the script lacks
+    ├── TuneError              trainmedic tune cannot search as asked: a bad grid value, a batch
+    │                          axis it cannot find, an option --set names that the script lacks
+    └── AttachError            trainmedic attach cannot read the process: none with that PID, not
+                               Python, no permission to read it, a Python py-spy cannot read
 
     Preempted (SystemExit, not a TrainmedicError): raised by Checkpointer.save after the save a
     signal or the deadline asked for, so the run ends cleanly with finally-blocks run.
@@ -127,6 +129,13 @@ class BatchError(TrainmedicError):
 
 class TuneError(TrainmedicError):
     """``trainmedic tune`` cannot measure as asked (names the bad value and the fix)."""
+
+
+class AttachError(TrainmedicError):
+    """``trainmedic attach`` cannot read the process it was given; the message says what to run instead."""
+
+    #: The CLI's exit code: a usage error, like a script that does not exist.
+    exit_code = 2
 
 
 class Preempted(SystemExit):

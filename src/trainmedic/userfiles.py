@@ -30,15 +30,20 @@ class UserFiles:
     ``roots`` are the project's folders (the working directory, the script's folder).
     ``anywhere`` also counts a file outside every root as the user's when no library holds it
     (a helper module on ``PYTHONPATH`` that a run imports); without it only files under a root
-    are (preflight judges the project it was pointed at).
+    are (preflight judges the project it was pointed at). ``libraries`` adds folders that hold
+    library code besides this interpreter's own.
     """
 
-    def __init__(self, roots: Iterable[str | Path] = (), *, anywhere: bool = False) -> None:
+    def __init__(
+        self, roots: Iterable[str | Path] = (), *, anywhere: bool = False, libraries: Iterable[str] = ()
+    ) -> None:
         self.roots = tuple(_folder(str(r)) for r in roots)
         self.anywhere = anywhere
         library = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
         library.update({sys.prefix, sys.base_prefix, sys.exec_prefix})
         library.add(str(Path(__file__).resolve().parent))  # trainmedic itself
+        # Another interpreter's folders: the process ``trainmedic attach`` reads may run one.
+        library.update(libraries)
         folders = {_folder(p) for p in library if p}
         self.library = tuple(f for f in folders if not any(root.startswith(f) for root in self.roots))
 

@@ -99,6 +99,32 @@ def run(
 
 
 @app.command()
+def attach(
+    pid: int = typer.Argument(..., metavar="PID", help="The process id of the running training job."),
+    duration: str = typer.Option(
+        "30s", "--duration", "-d", metavar="TIME", help="How long to sample: 30s, 2m."
+    ),
+    rate: int = typer.Option(100, "--rate", min=1, max=1000, metavar="HZ", help="Stack samples per second."),
+    dump: bool = typer.Option(False, "--dump", help="Print every thread's stack now, your lines marked."),
+    json_path: Path | None = typer.Option(None, "--json", metavar="PATH", help="Write the report as JSON."),
+    html_path: Path | None = typer.Option(None, "--html", metavar="PATH", help="Write an HTML report."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Do not print the report (files are still written)."
+    ),
+) -> None:
+    """Diagnose a training job that is already running, from outside, without stopping or restarting it.
+
+    Reads the job's stacks with py-spy (pip install 'trainmedic[attach]') for --duration, child
+    processes included (torchrun ranks, DataLoader workers), and prints run's report, marked as
+    sampled. --dump prints one stack per thread instead: for a job that looks hung.
+    """
+    from trainmedic.cli import attach as attach_command
+
+    options = attach_command.AttachOptions(pid, duration, rate, dump, json_path, html_path, quiet)
+    raise typer.Exit(attach_command.run_attach(options, Console(highlight=False), _stderr()))
+
+
+@app.command()
 def demo(
     steps: int = typer.Option(60, "--steps", min=8, help="Steady-state steps per loop."),
     html_path: Path | None = typer.Option(None, "--html", metavar="PATH", help="Also write the HTML report."),

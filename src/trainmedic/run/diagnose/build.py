@@ -20,6 +20,7 @@ from trainmedic.run.diagnose import (
 )
 from trainmedic.run.diagnose.memory import memory_notes
 from trainmedic.run.diagnose.rules import RULES, Context, tiny_ops
+from trainmedic.run.probe import outside
 from trainmedic.run.probe.clock import LOOP
 from trainmedic.run.probe.recorder import SLOTS, Aggregate
 from trainmedic.run.probe.runner import RunOutcome
@@ -38,7 +39,7 @@ _MODEL = (COMPUTE, MEMORY_BANDWIDTH)
 def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     aggregate, scope, n_steps = _scope(m)
     evidence = _evidence(m, scope, run)
-    if evidence not in ("steps", "loop"):
+    if evidence not in ("steps", "loop", "sampled"):
         return _without_steps(m, command, run, aggregate, evidence)
     anchored = resolve.anchors_seen(aggregate)
     # A loop whose iterations run no forward, backward or optimizer step is a per-sample loop
@@ -49,7 +50,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     loops = resolve.tiny_loops(
         aggregate, n_steps, m.ops_by_function, m.census_steps, min_ops, waits=m.sync_waits, census=m.census
     )
-    costs = resolve.resolve(aggregate, anchored, loops, m.ops_by_function, m.census)
+    costs = resolve.resolve(aggregate, anchored, loops, m.ops_by_function, m.census, outside=bool(m.outside))
     # GPU runs: timed waits in sync calls, the counted ops' roofline (resolve.on_device).
     bound = intensity.judge(m.op_costs, m.device)
     costs = resolve.on_device(costs, bound, resolve.waiting_lines(aggregate, m.sync_waits))
@@ -64,6 +65,8 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     bottleneck = max(CATEGORIES, key=lambda c: breakdown[c])
 
     durations = [d for _, d in m.durations]
+    if m.outside and not outside.steps_timed(m):
+        durations = []  # steps shorter than a few samples: counted (at least), not timed
     step_growth = steps.growth(durations)
     cpu = [c for _, c in m.cpu_durations] if m.device.kind != "cuda" else None
     stats = StepStats(
@@ -74,7 +77,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         warmup=m.warmup,
         source=m.step_source,
         cpu_growth=round(steps.growth(cpu), 4) if cpu else None,
-        loop=m.loop if m.step_source == LOOP else None,
+        loop=m.loop if m.step_source in (LOOP, outside.SAMPLED_LOOP) else None,
     )
     mapping = resolve.slot_mapping(costs)
     timeline = _timeline(m, mapping, breakdown)
@@ -90,7 +93,12 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command, launch)
     if findings:
         bottleneck = findings[0].category  # the biggest lever (findings are ordered by what they buy)
-    close = margin.close_call(findings, m.per_step, mapping)
+    close = margin.close_call(
+        findings,
+        m.per_step,
+        mapping,
+        more="sample longer (--duration)" if m.outside else "run more steps (--steps)",
+    )
 
     return _report(
         m,
@@ -104,7 +112,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         timeline=timeline,
         lines=_lines(costs, total, n_steps),
         notes=[n for n in (close, launch.note() if launch else None, grown.note() if grown else None) if n]
-        + notes.run_notes(m, scope, anchored, loops),
+        + (notes.outside_notes(m) if m.outside else notes.run_notes(m, scope, anchored, loops)),
     )
 
 
@@ -129,6 +137,8 @@ def _report(
 
 def _evidence(m: Measurements, scope: str, run: RunOutcome) -> str:
     """What a verdict can rest on (report.model.EVIDENCE)."""
+    if m.outside:
+        return "sampled" if m.step_source is not None and scope != "setup" else "whole run"
     if m.step_source is not None and scope != "setup":
         return "loop" if m.step_source == LOOP else "steps"
     failed = run.outcome in ("exception", "interrupted") or (run.outcome == "exit" and run.exit_code != 0)
@@ -147,7 +157,9 @@ def _without_steps(
     everything = Aggregate()
     for part in (m.setup, m.warm, m.steady):
         everything.merge(part)
-    costs = resolve.resolve(everything, resolve.anchors_seen(everything), {}, m.ops_by_function, m.census)
+    costs = resolve.resolve(
+        everything, resolve.anchors_seen(everything), {}, m.ops_by_function, m.census, outside=bool(m.outside)
+    )
     total = sum(c.seconds for c in costs)
     return _report(
         m,
@@ -162,13 +174,13 @@ def _without_steps(
             growth=1.0,
             warmup=len(m.warmup_durations),
             source=m.step_source,
-            loop=m.loop if m.step_source == LOOP else None,
+            loop=m.loop if m.step_source in (LOOP, outside.SAMPLED_LOOP) else None,
         ),
         breakdown=_breakdown(costs, total),
         bottleneck=None,
         findings=[],
         lines=_lines(costs, total, 1),
-        notes=notes.thin_notes(m, run, evidence),
+        notes=notes.outside_notes(m) if m.outside else notes.thin_notes(m, run, evidence),
     )
 
 
@@ -222,6 +234,10 @@ def _findings(
     # Parts of a step are stated against the mean step: the sampled seconds add up to it, so no
     # part is ever larger than its whole (a median can be smaller than a part's mean).
     durations = [d for _, d in m.durations]
+    timed = not m.outside or outside.steps_timed(m)
+    # Advice says "iteration" where a loop's iterations stood in for steps nobody marked; a loop
+    # found from outside is the training loop, its iterations the job's steps.
+    counted_loop = stats.loop if m.step_source == LOOP else None
     mean_step = statistics.fmean(durations) if durations else total / max(n_steps, 1)
     findings = []
     for (category, kind), by_where in groups.items():
@@ -244,7 +260,7 @@ def _findings(
             where, function = items.where, None
         if category == TINY_OPS and kind != launches.LAUNCHES:
             where = tiny_ops.batch_site(
-                Context(where, 0.0, 0.0, m.device.kind, function=function, loop=stats.loop)
+                Context(where, 0.0, 0.0, m.device.kind, function=function, loop=counted_loop)
             )
         # The growth is the pool's when the category has one (its loader did not grow with it).
         grows = category == growing and (
@@ -269,7 +285,7 @@ def _findings(
             m.sources,
             function,
             step_source=m.step_source,
-            loop=stats.loop,
+            loop=counted_loop,
             command=tuple(command),
             overhead_share=loop_facts.overhead_share(loop),
             device_busy_share=launch.ratio if launch is not None and model_time else None,
@@ -282,6 +298,8 @@ def _findings(
                 f"{share:.1%} of steady-state {unit} time "
                 f"({format_seconds(share * mean_step)} of a {format_seconds(mean_step)} mean {unit})"
             )
+            if timed
+            else f"{share:.1%} of the sampled time ({format_seconds(seconds)} of {format_seconds(total)} sampled)"
         ]
         if where is not None and pool.get(where) and len(by_where) > 1:
             evidence.append(f"{pool[where] / seconds:.0%} of it at {where}")

@@ -35,9 +35,13 @@ _MIN_STEPS = 4
 
 
 def close_call(
-    findings: list[Finding], per_step: list[tuple[int, list[float]]], mapping: dict[str, dict[str, float]]
+    findings: list[Finding],
+    per_step: list[tuple[int, list[float]]],
+    mapping: dict[str, dict[str, float]],
+    more: str = "run more steps (--steps)",
 ) -> str | None:
-    """A note when the first two findings (of different categories) could swap within their bands."""
+    """A note when the first two findings (of different categories) could swap within their bands;
+    ``more`` says how to get more evidence (``trainmedic attach``: sample longer)."""
     if len(findings) < 2:
         return None
     first, second = findings[0], findings[1]
@@ -61,7 +65,7 @@ def close_call(
         f"Too close to call between {first.category} ({first.share:.0%} of the step, buys "
         f"×{first.expected_speedup:.2f}) and {second.category} ({second.share:.0%}, buys "
         f"×{second.expected_speedup:.2f}): over {n} steps, with the spread between runs, noise could swap them. "
-        "Both are listed; run more steps (--steps) to separate them."
+        f"Both are listed; {more} to separate them."
     )
 
 

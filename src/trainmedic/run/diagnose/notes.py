@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from trainmedic.run.probe import outside
 from trainmedic.run.probe.clock import LOOP
 from trainmedic.run.probe.runner import RunOutcome
 from trainmedic.run.probe.session import Measurements
@@ -103,6 +104,73 @@ def run_notes(m: Measurements, scope: str, anchored: bool, loops) -> list[str]:
                 f"The GPU's own busy time was not measured ({m.device_busy.problem}): a model bound by its "
                 "kernels and one waiting on their launches could not be told apart."
             )
+    return notes
+
+
+#: No step, and this share of a window's samples on one line of the user's: the job is stuck there.
+STUCK_SHARE = 0.95
+
+
+def outside_notes(m: Measurements) -> list[str]:
+    """What a report read from outside rests on, and what it cannot know (``trainmedic attach``)."""
+    window = f"{m.samples} samples over {m.wall_s:.1f} s"
+    if m.step_source == outside.SAMPLED_LOOP:
+        steps = (
+            f"Steps are the iterations of the loop at {m.loop}, found in the order of the samples "
+            f"({m.steady_steps} whole ones; the one the window began in and the one it ended in are left out)."
+        )
+    elif m.step_source == outside.SAMPLED_OPTIMIZER:
+        steps = (
+            f"Steps end where the samples leave the optimizer's step ({m.steady_steps} whole ones; the first and "
+            "last are left out)."
+        )
+    elif m.loop:
+        steps = (
+            f"No step was seen: the loop at {m.loop} held most samples, but no iteration of it could be told from "
+            "the next (each one shorter than the time between two samples, or the job stuck inside one). No "
+            "bottleneck is named; the times are of the whole window, and the lines below say where it went."
+        )
+    else:
+        steps = (
+            "No step was seen: no loop of yours held most samples, and none left an optimizer step often enough. "
+            "No bottleneck is named; the times are of the whole window. A job stuck in one place shows here as "
+            "one line holding every sample: `trainmedic attach --dump PID` shows each thread's stack."
+        )
+    notes = [
+        f"Read from outside ({m.outside}): {window}. The job was not paused or changed. {steps}",
+    ]
+    if m.step_source is None and m.setup.seconds > 0:
+        lines: dict[str, float] = {}
+        for (_, _, where, _), seconds in m.setup.lines.items():
+            if where is not None:
+                lines[where] = lines.get(where, 0.0) + seconds
+        where = max(lines, key=lambda w: lines[w], default=None)
+        if where is not None and lines[where] >= STUCK_SHARE * m.setup.seconds:
+            notes.insert(
+                0,
+                f"Stuck: {lines[where] / m.setup.seconds:.0%} of the samples over {m.wall_s:.1f} s were at {where}: "
+                "the job has not moved from that line (or one call there runs that long). "
+                "`trainmedic attach --dump PID` shows every thread's stack.",
+            )
+    per_step = outside.samples_per_step(m)
+    if m.step_source is not None and per_step < outside.MIN_SAMPLES_PER_STEP:
+        notes.append(
+            f"A step held {per_step:.1f} samples (median): steps that short can fall between two samples, so "
+            "the step count is low and the step time high; the shares are still the samples' own. Sample longer "
+            "or at a higher --rate for step times, or run the script under `trainmedic run`."
+        )
+    notes.append(
+        "Not measurable from outside, so not judged: tiny tensor ops (no op census counts the calls), "
+        "waits inside .item()/.cpu() on a GPU (no timer), DataLoader worker items. Time in your own lines "
+        "with no library under them is shown as 'own code', not guessed; `trainmedic run` measures all of these."
+    )
+    nvml = m.device.details.get("nvml", {})
+    if m.device.kind == "cuda" and nvml.get("available"):
+        notes.append(
+            f"NVML: GPU busy {nvml.get('util_gpu_pct_mean', '?')} % on average over the window, "
+            f"memory used {nvml.get('memory_used_bytes_max', 0) / 2**30:.1f} GiB at most, power "
+            f"{nvml.get('power_w_mean', '?')} W of {nvml.get('power_limit_w', '?')} W."
+        )
     return notes
 
 

@@ -71,6 +71,9 @@ _READS = re.compile(r"(^|[^\w.])open\s*\(|\.read(lines|_text|_bytes)?\s*\(|\.rea
 #: share of the time sampled there: the host sat in ``.item()``, not in Python around it.
 WAIT_LINE_SHARE = 0.5
 BATCH_PREPARATION = "batch preparation"
+#: Plain user code sampled from outside: no census, so whether it is tiny tensor ops, NumPy work
+#: or Python bookkeeping is not known, and is not guessed.
+OWN_CODE = "own code"
 # Kinds that say *what* is slow (a disk, a database); a tiny-op loop never overrides them.
 _FIXED_KINDS = frozenset({"hdf5", "zarr", "database", "image decode", "disk"})
 
@@ -178,7 +181,12 @@ def resolve(
     loops: dict[str, TinyLoop],
     ops_by_function: dict[str, int],
     census: Census | None = None,
+    outside: bool = False,
 ) -> list[Cost]:
+    """Each sampled line's cost, its category settled. ``outside``: the samples were read from
+    outside the process (``trainmedic attach``): no census saw the calls of plain user code and
+    its position is no evidence, so it stays what it is, the user's own code (:data:`OWN_CODE`),
+    unless its text reads a file."""
     measured = census is not None and census.counted
     costs = []
     for key, weight in aggregate.lines.items():
@@ -189,6 +197,10 @@ def resolve(
                 category, kind = TINY_OPS, "per-sample loop"
             elif measured:
                 category, kind = _by_calls(where, function, census)  # type: ignore[arg-type]
+            elif outside:
+                category, kind = (
+                    (DATA, "disk") if where is not None and _reads_a_file(where) else (HOST_OTHER, OWN_CODE)
+                )
             elif slot == BEFORE_MODEL:
                 category, kind = (
                     (DATA, BATCH_PREPARATION) if anchored else _unanchored(function, ops_by_function)

@@ -167,9 +167,10 @@ class Classified:
 class FrameClassifier:
     """Caches, per code object, whether it is user code and which library family it belongs to."""
 
-    def __init__(self, cwd: str | None = None, cuda: bool = False) -> None:
+    def __init__(self, cwd: str | None = None, cuda: bool = False, user: UserFiles | None = None) -> None:
         self._cwd = cwd or os.getcwd()
-        self._user = UserFiles([self._cwd], anywhere=True)
+        #: Another process's files (``trainmedic attach``) are judged against its own interpreter.
+        self._user = user if user is not None else UserFiles([self._cwd], anywhere=True)
         self._code_cache: dict[CodeType, tuple[bool, tuple[str, str] | None]] = {}
         self._line_cache: dict[tuple[str, int], tuple[str, str] | None] = {}
         self._where_cache: dict[tuple[str, int], str] = {}

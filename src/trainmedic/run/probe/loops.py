@@ -21,6 +21,7 @@ under a tracer already in place (a debugger, coverage), gets no loop clock and i
 from __future__ import annotations
 
 import ast
+import functools
 import signal
 import sys
 import threading
@@ -118,6 +119,27 @@ class LoopFinder:
             key = code.co_firstlineno
         # Innermost loop first: a nested loop starts later than the loop around it.
         return sorted(by_function.get(key, ()), key=lambda s: -s.first)
+
+
+def body_position(loop: Loop, line: int) -> int:
+    """Where ``line`` sits within one iteration of ``loop``: the line itself, or the first line of
+    the outermost loop nested in ``loop`` that holds it, so that a nested loop's wrap-around
+    does not read as the outer loop's next iteration (``trainmedic attach`` counts steps so)."""
+    if line == loop.line:
+        return line
+    code = loop.code
+    key: Any = "<module>" if code.co_name == "<module>" else code.co_firstlineno
+    sites = _loop_sites_cached(code.co_filename).get(key, [])
+    outer = next((s for s in sites if s.line == loop.line), None)
+    if outer is None:
+        return line
+    nested = [s.first for s in sites if outer.first < s.first and s.last <= outer.last and _inside(s, line)]
+    return min(nested, default=line)
+
+
+@functools.lru_cache(maxsize=64)
+def _loop_sites_cached(filename: str) -> dict[Any, list[_Site]]:
+    return _loop_sites(filename)
 
 
 def _inside(site: _Site, line: int | None) -> bool:

@@ -79,6 +79,9 @@ class Measurements:
     #: Per steady step, wall and CPU seconds from the model's first call to the step's end
     #: (probe/clock.py): the exact split of a step into its batch preparation and its model.
     model_durations: list[tuple[int, tuple[float, float]]] = field(default_factory=list)
+    #: ``trainmedic attach``: how the stacks were read from outside (py-spy, its rate); None for
+    #: a run trainmedic started. No hooks, census or timers ran: their fields stay empty.
+    outside: str | None = None
 
 
 _active: WatchSession | None = None

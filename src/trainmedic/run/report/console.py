@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainmedic.categories import CATEGORIES
-from trainmedic.run.report.model import Finding, Report
+from trainmedic.run.report.model import Finding, Report, StepStats
 from trainmedic.units import format_seconds
 
 STYLES = {
@@ -72,7 +72,12 @@ def _header(report: Report) -> Text:
         text.append(f" · {_NO_VERDICT[report.evidence]}\n", style="yellow")
         text.append(f"wall:    {report.wall_s:.2f} s")
         return text
-    if report.evidence == "loop":
+    if report.evidence == "sampled":
+        text.append(_sampled_steps(s))
+        if not s.median_s:
+            text.append(f"wall:    {report.wall_s:.2f} s sampled")
+            return text
+    elif report.evidence == "loop":
         text.append(
             f"steps:   {s.count} iterations of the loop at {s.loop} + {s.warmup} warm-up (no step was marked)\n"
         )
@@ -86,8 +91,19 @@ def _header(report: Report) -> Text:
     )
     if s.cpu_growth is not None and s.count:
         text.append(f" (CPU time per {unit} {s.cpu_growth:.2f}x)")
+    if report.evidence == "sampled":
+        text.append(f"\nwall:    {report.wall_s:.2f} s sampled")
+        return text
     text.append(f"\nwall:    {report.wall_s:.2f} s, of which set-up {report.setup_s:.2f} s")
     return text
+
+
+def _sampled_steps(s: StepStats) -> str:
+    """The steps line of a report read from outside (trainmedic attach): how they were found."""
+    how = f"iterations of the loop at {s.loop}" if s.loop else "optimizer steps"
+    if not s.median_s:
+        return f"steps:   at least {s.count} {how}, seen in the samples: too short to time from outside\n"
+    return f"steps:   {s.count} {how}, seen in the samples from outside\n"
 
 
 #: The headline of a report whose evidence carries no verdict (report.model.EVIDENCE).

@@ -17,12 +17,15 @@ from trainmedic.categories import CATEGORIES
 SCHEMA = "trainmedic.report/1"
 
 #: How a run ended; the CLI's exit code follows the script's own.
-OUTCOMES = ("completed", "exit", "exception", "interrupted", "step_limit")
+#: ``trainmedic attach``: ``attached`` (the job ran on after the window), ``ended`` (it ended during it).
+OUTCOMES = ("completed", "exit", "exception", "interrupted", "step_limit", "attached", "ended")
 #: What a report's verdict rests on: the steps the run marked itself (optimizer, loader, Keras,
 #: ``trainmedic.step()``), the iterations of the loop it repeats when it marked none, the whole
 #: run when no loop could be found either (no bottleneck is named), or nothing at all: the script
 #: failed or was stopped before its first step (no bottleneck, no findings).
-EVIDENCE = ("steps", "loop", "whole run", "none")
+#: ``sampled``: stacks read from outside a running process (``trainmedic attach``): steps found in
+#: the order of the samples, no hooks, no op census.
+EVIDENCE = ("steps", "loop", "sampled", "whole run", "none")
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ class Report(JsonDocument):
     @property
     def per_step(self) -> bool:
         """True when times are per step (or loop iteration); else they are whole-run seconds."""
-        return self.evidence in ("steps", "loop")
+        return self.evidence in ("steps", "loop", "sampled")
 
     def to_dict(self) -> dict[str, Any]:
         return {

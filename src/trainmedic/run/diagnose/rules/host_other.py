@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from trainmedic.run.diagnose.resolve import OWN_CODE
 from trainmedic.run.diagnose.rules.base import Advice, Context, at
 
 
 def advise(kind: str, ctx: Context) -> Advice:
+    if kind == OWN_CODE:
+        # Read from outside: what the code does is not known, so no fix is promised (factor 1).
+        return Advice(
+            f"Your own code, with no library under it{at(ctx)}",
+            "Sampled from outside, tiny tensor ops, NumPy work and plain Python look alike here. Run the "
+            "script under `trainmedic run` (its op census tells them apart) or read this function.",
+            factor=1.0,
+        )
     if kind == "checkpoint":
         return Advice(
             f"Writing a checkpoint every step{at(ctx)}",
