@@ -26,8 +26,8 @@ from pathlib import Path
 
 from trainmedic.errors import AttachError
 
-#: py-spy's default rate; ~1 % of one core for py-spy itself, nothing measurable for the job
-#: (benchmarks/attach_overhead.py).
+#: py-spy's default rate. py-spy itself takes ~7-9 % of another core at it (two threads read with
+#: --idle); the job's steps were no slower within noise (benchmarks/attach_overhead.py).
 DEFAULT_RATE_HZ = 100
 _INSTALL = "pip install 'trainmedic[attach]'"
 # py-spy names a thread by its OS id where it knows one, else (Python < 3.11 with --nonblocking,
