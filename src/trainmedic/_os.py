@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
 import shutil
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +21,21 @@ TEMP_PREFIX = ".tmp-"
 HOST = re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname()) or "host"
 #: Another host's temporary file is taken as abandoned only after this long untouched.
 STALE_S = 24 * 3600.0
+
+
+def current_frames() -> dict[int, object]:
+    """``sys._current_frames()``, safe on Python 3.11: that call holds the runtime's thread-list
+    lock while it builds its dict, and a garbage collection started by one of its allocations can
+    free a thread state, which takes the same lock: the process deadlocks (CPython gh-106883,
+    fixed in 3.12; a test worker hung so, its sampler thread in ``gc_collect_main``). Collections
+    are held off for the call, and left off where the program had turned them off."""
+    if sys.version_info >= (3, 12) or not gc.isenabled():
+        return sys._current_frames()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        gc.enable()
 
 
 def pid_alive(pid: int) -> bool:

@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainmedic._os import pid_alive
 from trainmedic.errors import AttachError
 from trainmedic.run.diagnose import diagnose, margin, ranks
 from trainmedic.run.diagnose.resolve import OWN_CODE
@@ -341,21 +342,11 @@ def _still_running(pid: int, recording: pyspy.Recording) -> bool:
     short = main < 0.8 * recording.duration_s * recording.rate_hz
     deadline = time.monotonic() + (2.0 if short else 0.0)
     while True:
-        if not _alive(pid):
+        if not pid_alive(pid):
             return False
         if time.monotonic() >= deadline:
             return True
         time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not pyspy.zombie(pid)  # ended, not yet collected by its parent: gone all the same
 
 
 def _environ(pid: int) -> dict[str, str]:

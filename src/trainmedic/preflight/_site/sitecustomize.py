@@ -112,7 +112,7 @@ class _Child:
 
             main = _thread.get_ident()  # Python runs signal handlers in the main thread
             lines = ["Main thread (most recent call last):", *_format_stack(frame)]
-            for ident, other in sys._current_frames().items():
+            for ident, other in _current_frames().items():
                 if ident != main:
                     lines += [f"Thread {ident} (most recent call last):", *_format_stack(other)]
             self._atomic_write("stack.txt", "\n".join(lines) + "\n")
@@ -267,3 +267,17 @@ def _chain_user_sitecustomize() -> None:
 
 if __name__ == "sitecustomize":
     _main()
+
+
+def _current_frames():
+    # sys._current_frames() can deadlock on Python 3.11 when a garbage collection starts inside
+    # it (CPython gh-106883): collections are held off for the call, as trainmedic._os does.
+    import gc
+
+    if sys.version_info >= (3, 12) or not gc.isenabled():
+        return sys._current_frames()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        gc.enable()

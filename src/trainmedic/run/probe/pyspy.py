@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainmedic._os import pid_alive
 from trainmedic.errors import AttachError
 
 #: py-spy's default rate. py-spy itself takes ~7-9 % of another core at it (two threads read with
@@ -96,21 +97,11 @@ def check_process(pid: int) -> None:
         raise AttachError(_no_permission(pid, "it belongs to another user")) from None
     if pid == os.getpid():
         raise AttachError(f"PID {pid} is trainmedic itself; give the PID of the training job")
-    if zombie(pid):
+    if not pid_alive(pid):  # a zombie: ended, its parent has not collected it
         raise AttachError(
             f"PID {pid} has ended (its parent has not collected it yet); find the running job's PID with "
             "`pgrep -af python`"
         )
-
-
-def zombie(pid: int) -> bool:
-    """Whether ``pid`` has ended and waits for its parent to collect it (its stacks are gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return False
-    fields = stat.rsplit(")", 1)[-1].split()
-    return bool(fields) and fields[0] == "Z"
 
 
 def record(

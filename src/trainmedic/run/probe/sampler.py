@@ -12,10 +12,10 @@ step-bound training loop runs no measurably slower: within ±2 % (``benchmarks/o
 from __future__ import annotations
 
 import random
-import sys
 import threading
 import time
 
+from trainmedic._os import current_frames
 from trainmedic.run.probe.clock import LOOP, StepClock
 from trainmedic.run.probe.frames import PROBE, FrameClassifier
 from trainmedic.run.probe.loops import LoopWatch
@@ -71,7 +71,7 @@ class StackSampler:
             # Read the step state before the frame: the boundary hook runs on the training
             # thread, so a frame read afterwards can only be newer, never older, than the state.
             step, generation, anchored = clock.index, clock.restarts, clock.anchored
-            frame = sys._current_frames().get(self.thread_id)
+            frame = current_frames().get(self.thread_id)
             now = time.perf_counter()
             weight, last = now - last, now
             if frame is None:
