@@ -27,6 +27,10 @@ import time
 import torch
 from torch import nn
 
+# mlp_task.py lies beside this file, whether it runs as a script, under trainmedic run or by runpy.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mlp_task import NUM_SAMPLES, task
+
 torch.set_num_threads(1)  # one core for the loop; the other stays free for the sampler and the machine
 
 parser = argparse.ArgumentParser()
@@ -38,31 +42,7 @@ parser.add_argument("--batch", type=int, default=128)
 parser.add_argument("--hidden", type=int, default=768)
 args = parser.parse_args()
 
-NUM_SAMPLES, FEATURES, CLASSES = 8192, 512, 10
-
-
-class MLP(nn.Module):
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Linear(FEATURES, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, hidden),
-            nn.ReLU(),
-        )
-        self.head = nn.Linear(hidden, CLASSES)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
-
-
-torch.manual_seed(0)
-X = torch.randn(NUM_SAMPLES, FEATURES)  # pre-stacked once: a step's data cost is one gather
-Y = (X[:, :CLASSES] * torch.linspace(1.0, 2.0, CLASSES)).argmax(1)
-model = MLP(args.hidden)
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+X, Y, model, optimizer = task(args.hidden)
 
 stop = threading.Event()
 if args.until_eof:
