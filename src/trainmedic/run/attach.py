@@ -82,7 +82,6 @@ class ProcessTrace:
     target: Target
     role: str
     main: pyspy.ThreadTrace
-    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -255,7 +254,7 @@ def _processes(recording: pyspy.Recording, head: Target) -> list[ProcessTrace]:
             max(threads, key=lambda t: len(t.stacks)),
         )
         target = head if pid == head.pid else Target.read(pid)
-        found.append(ProcessTrace(target, _role(main, target, head), main, len(threads)))
+        found.append(ProcessTrace(target, _role(main, target, head), main))
     return found
 
 

@@ -48,7 +48,6 @@ _MODEL_KINDS = frozenset({"forward", "backward", "optimizer"})
 class Sampled:
     """One thread's samples, classified, and the steps found in them."""
 
-    frames: list[ForeignFrame | None]
     classified: list[Classified]
     #: Index of the sample each step starts at (the boundaries), in order.
     starts: list[int] = field(default_factory=list)
@@ -59,7 +58,7 @@ class Sampled:
 def classify(trace: ThreadTrace, classifier: FrameClassifier, builder: FrameBuilder) -> Sampled:
     frames = [builder.chain(stack) for stack in trace.stacks]
     classified = [classifier.classify(frame) for frame in frames]  # type: ignore[arg-type]
-    sampled = Sampled(frames, classified)
+    sampled = Sampled(classified)
     loop = sampled.loop = training_loop(frames, classifier)
     # Only a loop that runs the model is timed by its iterations. A loop with no model in it
     # (seed 001's per-sample generator) iterates faster than the samples come: the few wraps
