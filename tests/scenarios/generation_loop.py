@@ -10,7 +10,7 @@ Fix: ``batch.vectorize(generate_iq_sample)`` over [batch, ...] tensors, or
 ``batch.generate(generate_iq_sample, params, out=...)`` for the whole job.
 """
 
-EXPECT = {"bottleneck": "tiny_ops", "kind": "per-sample loop", "fixes": "batch.vectorize(generate_iq_sample)", "loop": True}
+EXPECT = {"bottleneck": "tiny_ops", "kind": "per-sample loop", "fixes": "batch.vectorize(generate_iq_sample)", "loop": "for i in range(args.samples):"}
 
 import argparse
 import math

@@ -12,7 +12,7 @@ Fix: move the loop body into a function of one sample, then ``batch.vectorize`` 
 ``batch.generate`` the whole job) over [batch, ...] tensors.
 """
 
-EXPECT = {"bottleneck": "tiny_ops", "kind": "per-sample loop", "fixes": "into a function", "loop": True}
+EXPECT = {"bottleneck": "tiny_ops", "kind": "per-sample loop", "fixes": "into a function", "loop": "for _ in range(args.samples):"}
 
 import argparse
 import math

@@ -9,7 +9,7 @@ loop (it once read as "data/pool at the tokenizer's line, x10.7").
 Fix: none needed -- a healthy CPU run; the report must say compute, at the model's heaviest line.
 """
 
-EXPECT = {"bottleneck": "compute", "kind": "", "loop": True}
+EXPECT = {"bottleneck": "compute", "kind": "", "loop": "for batch in range(args.batches):"}
 
 import argparse
 import random

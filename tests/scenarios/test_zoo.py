@@ -33,6 +33,11 @@ def expectation(script: Path) -> tuple[dict, str]:
     return expect, f"{script.name}:{marked[0]}"
 
 
+def line_starting(script: Path, text: str) -> int:
+    lines = script.read_text(encoding="utf-8").splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.lstrip().startswith(text))
+
+
 def diagnose(script: Path, tmp_path: Path, exit_code: int = 0) -> dict:
     out = tmp_path / "report.json"
     result = run_trainmedic(
@@ -61,6 +66,9 @@ def test_cpu_scenario_is_diagnosed_at_the_right_line(script, tmp_path):
     expect, where = expectation(script)
     report = diagnose(script, tmp_path)
     assert report["evidence"] == ("loop" if expect.get("loop") else "steps"), report["notes"]
+    if expect.get("loop"):
+        # The loop counted is the one named, not a loop nested in it that held most samples.
+        assert report["steps"]["loop"] == f"{script.name}:{line_starting(script, expect['loop'])}"
     summary = {k: round(v, 3) for k, v in report["breakdown"].items() if v}
     assert report["bottleneck"] == expect["bottleneck"], summary
     top = report["findings"][0]

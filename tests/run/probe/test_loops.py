@@ -16,7 +16,7 @@ import pytest
 
 from trainmedic.run.probe.clock import LOOP, OPTIMIZER, StepClock, StepLimitReached
 from trainmedic.run.probe.frames import FrameClassifier
-from trainmedic.run.probe.loops import Loop, LoopClock, LoopFinder
+from trainmedic.run.probe.loops import Loop, LoopClock, LoopFinder, share_bounds
 
 SOURCE = """
 import sys
@@ -52,6 +52,15 @@ def with_nested_def(seen):
         def inner():
             seen(sys._getframe())  # in no loop of its own
         inner()
+
+
+def nested(pattern, seen):
+    for inside in pattern:  # each sample
+        if inside:
+            for part in range(1):  # a part of the sample
+                seen(sys._getframe())
+        else:
+            seen(sys._getframe())
 
 
 def counted(n, on_iteration):
@@ -125,6 +134,41 @@ def test_no_loop_is_chosen_while_samples_are_spread_over_several(module, tmp_pat
     # Alternated by map, a loop in C: a Python loop (a comprehension too) would hold every sample.
     list(map(lambda _: (module.generate(1, seen), module.forever(2, seen)), range(10)))  # noqa: C417
     assert len(chosen) == 40 and chosen == [None] * 40  # half in each: neither reaches 80 %
+
+
+def test_a_nested_loop_that_reaches_the_share_by_chance_is_not_chosen(module, tmp_path):
+    # The inner loop holds 24 of the first 30 samples (80 %, as seed 001's multipath loop did by
+    # chance in one run of 35) and 60 % of those after: the outer loop is the run's.
+    finder, chosen = finder_for(tmp_path, window=30, share=0.8), []
+    luck = [i % 5 != 0 for i in range(30)]
+    steady = [i % 5 in (1, 2, 3) for i in range(90)]
+    module.nested(luck + steady, lambda frame: chosen.append(finder.observe(frame)))
+    picked = [loop.where for loop in chosen if loop is not None]
+    assert chosen[29] is None  # 24 of 30 is within noise of 80 %: not a choice yet
+    assert picked and set(picked) == {f"gen.py:{line_of(module, 'for inside in pattern:')}"}
+
+
+def test_a_nested_loop_holding_nearly_every_sample_is_chosen_once_that_is_clear(module, tmp_path):
+    finder, chosen = finder_for(tmp_path, window=30, share=0.8), []
+    module.nested([i % 20 != 0 for i in range(120)], lambda frame: chosen.append(finder.observe(frame)))
+    picked = [i for i, loop in enumerate(chosen) if loop is not None]
+    assert picked and picked[0] < 119  # before the long window forces a choice
+    assert chosen[picked[0]].where == f"gen.py:{line_of(module, 'for part in range(1):')}"
+
+
+def test_a_share_within_noise_of_the_line_is_decided_by_its_estimate_at_the_long_window(module, tmp_path):
+    finder, chosen = finder_for(tmp_path, window=30, share=0.8, long_window=60), []
+    module.nested([i % 6 != 0 for i in range(60)], lambda frame: chosen.append(finder.observe(frame)))
+    assert chosen[:59] == [None] * 59  # 83 % of the samples: too close to 80 % to call early
+    assert chosen[59].where == f"gen.py:{line_of(module, 'for part in range(1):')}"
+
+
+def test_share_bounds_hold_the_estimate_and_narrow_with_more_samples():
+    low, high = share_bounds(30, 30)
+    assert 0.8 < low < 1.0 and high == 1.0
+    narrow, wide = share_bounds(96, 120), share_bounds(24, 30)
+    assert wide[0] < narrow[0] < 0.8 < narrow[1] < wide[1]
+    assert share_bounds(0, 0) == (0.0, 1.0)
 
 
 @pytest.fixture
