@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from formula_kit import assert_multiplies_out
 
 from trainmedic.devices import get_device
 from trainmedic.plan import load_build, plan_memory
@@ -26,6 +27,7 @@ from trainmedic.plan.cuda import conv
 from trainmedic.plan.from_trace import plan_from_trace
 from trainmedic.plan.learn import learn_workspaces
 from trainmedic.plan.recorded import load_recorded
+from trainmedic.plan.scaling import other_batch
 from trainmedic.plan.trace import trace_step
 
 TRUTH = Path(__file__).parent / "gpu_truth" / "h200-2026-11-26"
@@ -152,6 +154,24 @@ def test_the_bounds_a_plan_claims_hold_on_every_recorded_case():
         "cnn_sgd_bf16",
         "unet3d",
     ]
+
+
+# -- what the plan says about them ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_every_hotspot_formula_multiplies_to_the_bytes_it_states(case):
+    # The hotspots as `trainmedic plan` shows them: measured against half the batch. The two
+    # 24-layer GPT cases repeat the transformer cases' shapes and take 16 s to trace again:
+    # their formulas are read off the shapes, which must multiply out just the same.
+    big = case.name.startswith("ho_gpt1b")
+    companion = None if big else _trace(case.spec, other_batch(case.batch), case.precision)
+    plan = plan_from_trace(
+        _trace(case.spec, case.batch, case.precision), H200, H200.memory_bytes, case.precision, 0.1, companion
+    )
+    assert plan.hotspots
+    for hotspot in plan.hotspots:
+        assert_multiplies_out(hotspot.formula, hotspot.bytes)
 
 
 # -- the recorded sequences ------------------------------------------------------------------------

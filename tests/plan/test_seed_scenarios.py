@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from formula_kit import assert_multiplies_out
 
 from trainmedic.plan import plan_memory
 
@@ -58,7 +59,9 @@ def test_seed000_attention_at_batch_64_does_not_fit_48_gb_and_names_the_scores()
     # One [64, 4, 6272, 6272] fp32 tensor is the seed's own 40 GB arithmetic (37.5 GiB).
     assert plan.peak_bytes > 3 * 64 * 4 * 6272**2 * 4
     top = plan.hotspots[0]
-    assert "B·H·S²·bytes = 64·4·6272²·4" in " ".join(h.formula for h in plan.hotspots)
+    assert "B·H·S²·bytes = 2 × 64·4·6272²·4 = 75.0 GiB" in " ".join(h.formula for h in plan.hotspots)
+    for hotspot in plan.hotspots:
+        assert_multiplies_out(hotspot.formula, hotspot.bytes)
     assert any(
         h.where.endswith(f"test_seed_scenarios.py:{_line('SCORES LINE')}") and "softmax" in h.op
         for h in plan.hotspots
@@ -141,7 +144,10 @@ def test_seed004_sinkhorn_cost_is_the_hotspot_with_its_closed_form():
     plan = plan_memory(seed004, 128, device="t4")
     top = plan.hotspots[0]
     assert top.where.endswith(f"test_seed_scenarios.py:{_line('COST LINE')}")
-    assert "N·M·D·bytes = 128·128·3072·4" in top.formula
+    assert "N·M·D·bytes = 103 × 128·128·3072·4 = 19.3 GiB" in top.formula
+    assert "grows faster than the batch" in top.advice  # N and M are both the batch
+    for hotspot in plan.hotspots:
+        assert_multiplies_out(hotspot.formula, hotspot.bytes)
     assert top.bytes >= 10 * 128 * 128 * 3072 * 4  # ten calls, each cost kept for backward
     assert "cdist" in top.advice and "chunks" in top.advice
     assert not plan.fits

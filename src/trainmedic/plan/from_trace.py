@@ -12,13 +12,21 @@ from trainmedic.plan.confidence import confidence_of
 from trainmedic.plan.hotspots import find_hotspots
 from trainmedic.plan.model import Breakdown, Plan
 from trainmedic.plan.optimizer_state import analytic_state_bytes
+from trainmedic.plan.scaling import Growth, growth_of, twins
 from trainmedic.plan.trace import Trace
 from trainmedic.units import format_bytes
 
 
 def plan_from_trace(
-    trace: Trace, device: Device, capacity_bytes: int, precision: str, headroom: float
+    trace: Trace,
+    device: Device,
+    capacity_bytes: int,
+    precision: str,
+    headroom: float,
+    companion: Trace | None = None,
 ) -> Plan:
+    """``companion``: the same step traced at another batch, which measures how each hotspot grows
+    with the batch (``plan/scaling.py``); without it that is read off the shapes."""
     events = trace.events
     if device.is_gpu and trace.host_only:
         events = [e for e in events if e[1] not in trace.host_only]
@@ -46,7 +54,17 @@ def plan_from_trace(
         )
     breakdown = Breakdown(**sums, cuda_context=device.cuda_context_bytes if device.is_gpu else 0)
     exclude = trace.parameters | trace.gradients | trace.optimizer_state
-    hotspots = find_hotspots(result.live_at_peak, trace.allocations, exclude, trace.batch_size, peak)
+    growths = _growths(trace, companion, result.live_at_peak) if companion is not None else None
+    hotspots = find_hotspots(
+        result.live_at_peak,
+        trace.allocations,
+        exclude,
+        trace.batch_size,
+        peak,
+        growths,
+        trace.sizes,
+        precision,
+    )
     confidence = confidence_of(device.key, device.is_gpu, trace.estimates, trace.incomplete)
     return Plan(
         device=device.key,
@@ -65,6 +83,16 @@ def plan_from_trace(
         confidence=confidence,
         margin=confidence.margin,
     )
+
+
+def _growths(trace: Trace, companion: Trace, live: dict[int, int]) -> dict[int, Growth]:
+    paired = twins(trace.allocations, companion.allocations)
+    found = {}
+    for sid in live:
+        growth = growth_of(trace.allocations[sid], paired.get(sid), trace.batch_size, companion.batch_size)
+        if growth is not None:
+            found[sid] = growth
+    return found
 
 
 def _category(sid: int, trace: Trace) -> str:

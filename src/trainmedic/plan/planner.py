@@ -10,8 +10,9 @@ from trainmedic.devices import Device, get_device
 from trainmedic.errors import PlanError
 from trainmedic.plan.from_trace import plan_from_trace
 from trainmedic.plan.model import Plan
+from trainmedic.plan.scaling import other_batch
 from trainmedic.plan.solver import solve_max_batch
-from trainmedic.plan.trace import PRECISIONS, trace_step
+from trainmedic.plan.trace import PRECISIONS, Trace, trace_step
 from trainmedic.units import format_bytes, parse_bytes
 
 #: The share of the card a plan keeps free by default, as tune does: other processes, the
@@ -28,6 +29,7 @@ def plan_memory(
     precision: str = "fp32",
     headroom: float = DEFAULT_HEADROOM,
     max_batch: bool = False,
+    measure_growth: bool = True,
 ) -> Plan:
     """Plan the peak memory of one training step of ``build(batch_size)`` on ``device``.
 
@@ -36,6 +38,9 @@ def plan_memory(
     in the catalog (planned like an sm80 card), as ``--capacity`` alone does. With neither, the
     plan is for the CPU itself. With ``max_batch=True`` the plan also solves for the largest batch that
     fits ``capacity × (1 − headroom)``; without a ``batch_size`` the plan is made at that batch.
+    ``measure_growth`` traces the step at a second batch (half this one) to measure how each
+    hotspot grows with the batch, which its advice follows; a caller that reads only the numbers
+    can skip it.
     """
     target = resolve_device(device, capacity)
     capacity_bytes = resolve_capacity(target, capacity)
@@ -55,7 +60,7 @@ def plan_memory(
         warning = f"{target.name} has no bf16 tensor cores: bf16 autocast runs slowly there; fp16 with a GradScaler is its mixed precision"
     else:
         warning = None
-    plan = _plan(build, batch_size, target, capacity_bytes, precision, headroom, max_batch)
+    plan = _plan(build, batch_size, target, capacity_bytes, precision, headroom, max_batch, measure_growth)
     if warning:
         plan.warnings.append(warning)
     if max_batch and headroom == 0 and target.is_gpu:
@@ -67,25 +72,63 @@ def plan_memory(
 
 
 def _plan(
-    build, batch_size, target: Device, capacity_bytes: int, precision: str, headroom: float, max_batch: bool
+    build,
+    batch_size,
+    target: Device,
+    capacity_bytes: int,
+    precision: str,
+    headroom: float,
+    max_batch: bool,
+    measure_growth: bool,
 ) -> Plan:
     if not max_batch:
-        return plan_from_trace(
-            trace_step(build, batch_size, target, precision), target, capacity_bytes, precision, headroom
-        )
+        trace = trace_step(build, batch_size, target, precision)
+        notes: list[str] = []
+        companion = _companion(build, trace, {}, target, precision, notes) if measure_growth else None
+        plan = plan_from_trace(trace, target, capacity_bytes, precision, headroom, companion)
+        plan.notes.extend(notes)
+        return plan
 
     solution = solve_max_batch(build, target, capacity_bytes, precision, headroom)
     at = batch_size if batch_size is not None else max(1, solution.max_batch or 1)
-    plan = solution.plans.get(at) or plan_from_trace(
-        trace_step(build, at, target, precision), target, capacity_bytes, precision, headroom
-    )
+    plan = solution.plans.get(at)
+    growth_notes: list[str] = []
+    if plan is None or measure_growth:
+        trace = solution.traces.get(at) or trace_step(build, at, target, precision)
+        companion = (
+            _companion(build, trace, solution.traces, target, precision, growth_notes)
+            if measure_growth
+            else None
+        )
+        plan = plan_from_trace(trace, target, capacity_bytes, precision, headroom, companion)
     plan = dataclasses.replace(plan, max_batch=solution.max_batch, bytes_per_sample=solution.bytes_per_sample)
-    plan.notes = plan.notes + solution.notes
+    plan.notes = plan.notes + solution.notes + growth_notes
     if plan.margin and solution.max_batch:
         plan.notes.append(
             f"max batch keeps {plan.margin:.0%} of the need in reserve for the plan's own error ({plan.confidence.level})"
         )
     return plan
+
+
+def _companion(
+    build, trace: Trace, traced: dict[int, Trace], target: Device, precision: str, notes: list[str]
+) -> Trace | None:
+    """The step at a second batch, to measure how each hotspot grows: a neighbour already traced
+    (the max-batch search's), else half this batch."""
+    if trace.incomplete:
+        return None
+    others = [b for b, t in traced.items() if b != trace.batch_size and not t.incomplete]
+    if others:
+        return traced[min(others, key=lambda b: (abs(b - trace.batch_size), b))]
+    other = other_batch(trace.batch_size)
+    try:
+        companion = trace_step(build, other, target, precision)
+    except PlanError as exc:
+        notes.append(
+            f"how the hotspots grow with the batch is read off their shapes: the step at batch {other} failed ({exc})"
+        )
+        return None
+    return None if companion.incomplete else companion
 
 
 def resolve_device(device: str | Device | None, capacity: int | str | None) -> Device:

@@ -18,7 +18,7 @@ import numpy as np
 from trainmedic.devices import Device
 from trainmedic.plan.from_trace import plan_from_trace
 from trainmedic.plan.model import Plan
-from trainmedic.plan.trace import trace_step
+from trainmedic.plan.trace import Trace, trace_step
 from trainmedic.units import format_bytes
 
 FIRST = (1, 8)
@@ -36,6 +36,9 @@ class Solution:
     max_batch: int | None
     bytes_per_sample: float | None
     plans: dict[int, Plan] = field(default_factory=dict)
+    #: The traces behind them: the plan at the answer pairs its tensors with a neighbour's to
+    #: measure how each hotspot grows (plan/scaling.py).
+    traces: dict[int, Trace] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     #: Whether each traced candidate fitted, in order: two on the same side means the line is
     #: bending (allocator rounding, a moving peak) and the next candidate is the bracket's middle.
@@ -55,9 +58,8 @@ def solve_max_batch(
         # What must fit: the floor (cuDNN gives up its largest workspaces before an OOM) plus a
         # margin for the plan's own error, as far as the recorded cases bound it.
         if batch not in solution.plans:
-            solution.plans[batch] = plan_from_trace(
-                trace_step(build, batch, device, precision), device, capacity_bytes, precision, headroom
-            )
+            trace = solution.traces[batch] = trace_step(build, batch, device, precision)
+            solution.plans[batch] = plan_from_trace(trace, device, capacity_bytes, precision, headroom)
         return solution.plans[batch].required_bytes
 
     if need(FIRST[0]) > limit:

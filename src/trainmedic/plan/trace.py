@@ -28,6 +28,7 @@ from trainmedic.plan.cuda.kernels import CudaKernels
 from trainmedic.plan.cuda.rnn import flatten_weights
 from trainmedic.plan.fake_device import CudaToCpu, DeepcopyByClone, modules_stay_on_cpu
 from trainmedic.plan.optimizer_state import state_slots, step_counter_bytes
+from trainmedic.plan.scaling import named_sizes
 from trainmedic.plan.tracker import Allocation, GradFnLabeller, StorageTracker, is_user_code
 
 PRECISIONS = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -65,6 +66,8 @@ class Trace:
     #: Parameter-sized state tensors per parameter (None: an optimizer the table does not know).
     optimizer_slots: int | None = None
     step_counter_bytes: int = 0
+    #: Axis sizes with a name in this build: the token sequence ``S``, the vocabulary ``V``.
+    sizes: dict[int, str] = field(default_factory=dict)
 
 
 def trace_step(
@@ -95,6 +98,7 @@ def trace_step(
         parts = call_build(build, batch_size)
         model, inputs, optimizer, loss_fn = unpack_build(parts, build)
         trace = Trace(batch_size, tracker.events, tracker.allocations, phase_marks=tracker.phase_marks)
+        trace.sizes = named_sizes(model, tensors_of(inputs), batch_size)
         _adopt_state(tracker, fake, model, inputs, trace, device.is_gpu, originals)
         optimizer = _make_optimizer(optimizer, model)
         if optimizer is not None and device.is_gpu and use_foreach(optimizer):

@@ -34,6 +34,13 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _WHERE_KEY = "trainmedic_where"
 _MODE_METHODS = {"__torch_function__", "__torch_dispatch__"}
+#: The planner's stand-ins for the target's behaviour (CUDA autocast's casts, its functions, the
+#: fake device): an op they run on the user's behalf is still the user's line's. Stopping at them
+#: charged nanoGPT's cross-entropy (model.py:187) to its module's `def forward` line.
+_INTERPOSERS = frozenset(
+    os.path.join(_OWN_DIR, "plan", *parts)
+    for parts in (("cuda", "autocast.py"), ("cuda", "functions.py"), ("fake_device.py",))
+)
 
 
 @dataclass
@@ -77,7 +84,7 @@ def user_frame_where() -> str:
         name = frame.f_code.co_filename
         if name.startswith(_OWN_DIR):
             # The planner's own modes sit between the user's call and the op: look through them.
-            if name != __file__ and frame.f_code.co_name not in _MODE_METHODS:
+            if name != __file__ and name not in _INTERPOSERS and frame.f_code.co_name not in _MODE_METHODS:
                 return ""
         elif is_user_code(name):
             return f"{name}:{frame.f_lineno}"

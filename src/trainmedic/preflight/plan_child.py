@@ -50,7 +50,7 @@ def _plan(spec: str, batch: int, device: str, precision: str, root: Path) -> dic
             what = f"importing {target}"
             build = load_build(spec)
             what = f"{function}({batch})"
-            plan = plan_memory(build, batch, device=device, precision=precision)
+            plan = plan_memory(build, batch, device=device, precision=precision, measure_growth=False)
         except (MissingExtraError, PlanError, DeviceError) as exc:
             return {"error": str(exc), "frame": None}
         return {"plan": plan.to_dict()}

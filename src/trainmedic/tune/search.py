@@ -359,6 +359,7 @@ class _Search:
             precision=precision,
             headroom=self.headroom,
             max_batch=True,
+            measure_growth=False,  # only the batch is read: no hotspot is shown
         )
         if plan.max_batch == 0:
             self.result.warnings.append(
@@ -381,6 +382,7 @@ class _Search:
                 capacity=self._free_bytes(),
                 precision=precision,
                 headroom=self.headroom,
+                measure_growth=False,
             ).required_bytes
             need = f"needs {format_bytes(needed)}"
         except TrainmedicError:
