@@ -8,7 +8,7 @@ timer around each). It reports, per steady-state sample:
   (OS scheduling plus waiting for the training thread to drop the GIL);
 * the CPU (``time.thread_time``) and wall time of each phase: ``sys._current_frames()``,
   ``classify``, ``recorder.add``, and of what ``busy_seconds`` covers;
-* what ``busy_seconds`` leaves out: the ``Event.wait`` round trip around the sleep;
+* what ``busy_seconds`` leaves out: the round trip around the (jittered) sleep;
 * the stack depth walked, and the cost of ``sys._current_frames()`` against the thread count.
 
     python benchmarks/sampler_profile.py [--steps 600] [--interval-ms 10]
@@ -35,21 +35,28 @@ WORKLOAD = _env.BENCHMARKS / "workloads" / "step_bound.py"
 
 def instrumented_run(sampler: Any, log: list[tuple[float, ...]], skip_steps: int) -> None:
     """``StackSampler._run`` with timers; keep it step for step in line with the original."""
+    import random
+
+    from trainmedic._os import current_frames
+    from trainmedic.run.probe.frames import PROBE
     from trainmedic.run.probe.sampler import _MODEL_KINDS
 
     clock, recorder, classify = sampler.clock, sampler.recorder, sampler.classifier.classify
     pc, tt = time.perf_counter, time.thread_time
+    jitter = random.Random(0x7E57)
+    low, high = sampler.interval * 0.5, sampler.interval * 1.5
     last = pc()
-    while True:
+    while not sampler._stopping:
+        asked = jitter.uniform(low, high)
         w0c, w0 = tt(), pc()
-        stopped = sampler._stop.wait(sampler.interval)
+        time.sleep(asked)
         w1, w1c = pc(), tt()
-        if stopped:
+        if sampler._stopping:
             break
         step, generation, anchored = clock.index, clock.restarts, clock.anchored
         cpu_start = tt()
         a = pc()
-        frame = sys._current_frames().get(sampler.thread_id)
+        frame = current_frames().get(sampler.thread_id)
         b, bc = pc(), tt()
         now = pc()
         weight, last = now - last, now
@@ -62,9 +69,12 @@ def instrumented_run(sampler: Any, log: list[tuple[float, ...]], skip_steps: int
         sample = classify(frame)
         c1, c1c = pc(), tt()
         del frame
-        if sample.category is not None and sample.category != "data" and sample.kind in _MODEL_KINDS:
-            clock.anchor()
+        if sample.kind == PROBE:
+            continue
+        if sample.kind in _MODEL_KINDS and sample.category != "data":
             anchored = True
+            if clock.index == step:
+                clock.anchor()
         recorder.add(step, generation, anchored, sample, weight)
         d1, d1c = pc(), tt()
         sampler.samples += 1
@@ -73,10 +83,10 @@ def instrumented_run(sampler: Any, log: list[tuple[float, ...]], skip_steps: int
         if step >= skip_steps:  # steady state: past imports, warm-up and the op census
             log.append(
                 (
-                    w1 - w0 - sampler.interval,  # lateness of the wake-up (wall)
-                    w1c - w0c,  # CPU of the Event.wait round trip
+                    w1 - w0 - asked,  # lateness of the wake-up (wall)
+                    w1c - w0c,  # CPU of the sleep round trip
                     b - a,
-                    bc - cpu_start,  # _current_frames: wall, CPU
+                    bc - cpu_start,  # current_frames: wall, CPU
                     c1 - c0,
                     c1c - c0c,  # classify: wall, CPU
                     d1 - c1,

@@ -178,6 +178,7 @@ def _sampler(m: Measurements) -> list[str]:
     if not m.samples:
         return []
     return [
-        f"Stack sampler: {m.samples} samples at {m.sampler_interval_s * 1e3:.0f} ms, "
-        f"its own time {m.sampler_busy_s / max(m.wall_s, 1e-9):.2%} of the run."
+        f"Stack sampler: {m.samples} samples of the training thread's stack, one every "
+        f"{m.sampler_interval_s * 1e3:.0f} ms on average (jittered, so that no step length locks onto it); "
+        f"its own CPU time {m.sampler_busy_s / max(m.wall_s, 1e-9):.1%} of the run's wall time."
     ]

@@ -24,10 +24,10 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
-from types import CodeType
 from typing import Any
 
 from trainmedic.categories import DATA
+from trainmedic.run.probe.by_code import ByCode
 from trainmedic.run.probe.call_floor import CallCost, measure
 from trainmedic.run.probe.device_busy import DeviceBusyProbe
 from trainmedic.run.probe.frames import FrameClassifier
@@ -104,7 +104,7 @@ class OpCensus:
         self.floors: dict[str, CallCost] = {}
         self._mode: Any = None
         self._last_index = start_step
-        self._torch_code: dict[CodeType, bool] = {}
+        self._torch_code: ByCode[bool] = ByCode()
         self._torch: Any = None
         #: Set before the census starts to count FLOPs and bytes over the same steps.
         self.costs: OpCostCounter | None = None

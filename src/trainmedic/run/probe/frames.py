@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 
 from trainmedic.categories import COMPUTE, DATA, HOST_OTHER, SYNC, TRANSFER
+from trainmedic.run.probe.by_code import ByCode
 from trainmedic.userfiles import UserFiles, shown_path
 
 #: The "category" of modules that decide nothing: skipped like an unknown library (see _LIBRARIES).
@@ -171,7 +172,8 @@ class FrameClassifier:
         self._cwd = cwd or os.getcwd()
         #: Another process's files (``trainmedic attach``) are judged against its own interpreter.
         self._user = user if user is not None else UserFiles([self._cwd], anywhere=True)
-        self._code_cache: dict[CodeType, tuple[bool, tuple[str, str] | None]] = {}
+        self._code_cache: ByCode[tuple[bool, tuple[str, str] | None]] = ByCode()
+        self._user_files: dict[str, bool] = {}  # a file's many functions are judged once
         self._line_cache: dict[tuple[str, int], tuple[str, str] | None] = {}
         self._where_cache: dict[tuple[str, int], str] = {}
         self.cuda = cuda
@@ -190,12 +192,15 @@ class FrameClassifier:
             glue = family is not None and family[0] == GLUE
             if glue:
                 family = None
-            is_user = not glue and family is None and filename in self._user
+            is_user = not glue and family is None and self.is_user_file(filename)
             info = self._code_cache[code] = (is_user, family)
         return info
 
     def is_user_file(self, filename: str) -> bool:
-        return filename in self._user
+        known = self._user_files.get(filename)
+        if known is None:
+            known = self._user_files[filename] = filename in self._user
+        return known
 
     def where(self, filename: str, lineno: int) -> str:
         key = (filename, lineno)

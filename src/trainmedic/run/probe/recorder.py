@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import CodeType
 
 from trainmedic.categories import CATEGORIES
+from trainmedic.run.probe.by_code import ByCode
 from trainmedic.run.probe.decimate import Decimator
 from trainmedic.run.probe.frames import Classified
 
@@ -77,7 +78,7 @@ class Recorder:
         self._open = Aggregate()
         self._open_step = -1
         self._generation = 0
-        self._function_keys: dict[CodeType, str] = {}  # built once per code object, not per sample
+        self._function_keys: ByCode[str] = ByCode()  # built once per code object, not per sample
 
     def add(self, step: int, generation: int, anchored: bool, sample: Classified, weight: float) -> None:
         with self._lock:
