@@ -39,6 +39,7 @@ def test_the_sitecustomize_spells_child_pys_variables_and_file_names():
     files = {s for s in literals if re.fullmatch(r"[\w.]+\.(txt|json|pid)", s)}
     assert files == {
         child.STACK,
+        child.LOOPS,
         child.FAULTHANDLER,
         child.CONFIGS,
         child.EXCEPTION,

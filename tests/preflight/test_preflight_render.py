@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from trainmedic.preflight.console import render_preflight
-from trainmedic.preflight.frames import Frame, Where
+from trainmedic.preflight.frames import Frame, LoopProgress, Where
 from trainmedic.preflight.model import (
     ConfigIssue,
     ExperimentResult,
@@ -93,6 +93,7 @@ def report() -> PreflightReport:
             Frame("/proj/train.py", 88, "train_time_predictor", "loss = predictor.step(batch)"),
             86,
             'for it in range(cfg["time_predictor"]["num_iterations"]):',
+            progress=LoopProgress(812, 40000, "it", 'range(cfg["time_predictor"]["num_iterations"])'),
         ),
         configs=[
             ConfigIssue(
@@ -153,8 +154,8 @@ project: /proj
 experiment  verdict            time  detail
 toy2d       passed           1.23 s  resume identical from step 3; fits on t4
 mnist       FAILED           0.51 s  ValueError at nsgf/flow.py:42; does not fit on t4; needs 2 sessions
-cifar       STUCK             2m00s  still running after 2m, at train.py:88; override missed
-                                     time_predictor.num_iterations
+cifar       STUCK             2m00s  still running after 2m, in the loop at train.py:86 (iteration 812 of 40000), at
+                                     train.py:88; override missed time_predictor.num_iterations
 resume      RESUME DIVERGED  0.80 s  diverged at step 5 in object 'model'
 vae         passed           0.30 s
 
@@ -173,9 +174,10 @@ mnist: FAILED with exit code 1 after 0.51 s
   pass deadline='8h45m' to checkpoint.Checkpointer and resume in the next session
 
 cifar: STUCK, still running after its 2m budget
-  at train.py:88 in train_time_predictor, inside the loop at line 86
+  in the loop at train.py:86 in train_time_predictor, at iteration 812 of 40000
     86 | for it in range(cfg["time_predictor"]["num_iterations"]):
     88 | loss = predictor.step(batch)
+  counted by it; total from range(cfg["time_predictor"]["num_iterations"])
   config.yaml:31: time_predictor.num_iterations = 40000 was not changed, but nsgf_training.num_iterations and
   nsf_training.num_iterations were set to 5
 

@@ -35,6 +35,7 @@ PACKAGE_DIR = str(Path(__file__).resolve().parent)
 # Files in a child's TRAINMEDIC_PREFLIGHT_DIR.
 EVENTS = "events.jsonl"  # the Checkpointer's: init, restore, save
 STACK = "stack.txt"  # Python-level dump on SIGUSR2, main thread first
+LOOPS = "loops.json"  # on SIGUSR2, before STACK: the project's loops on the stack, how far each got
 FAULTHANDLER = "faulthandler.txt"  # C-level dump on SIGUSR2
 CONFIGS = "configs.json"  # ConfigTracker.snapshot(), at exit and on SIGUSR2
 EXCEPTION = "exception.json"  # the uncaught exception: type, text, frames

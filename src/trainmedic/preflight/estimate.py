@@ -30,21 +30,7 @@ def cpu_step_time(timeline: Path, saves: Iterable[Save] = ()) -> float | None:
     save events carry their start and end on the same clock) is subtracted from the interval it
     fell in: the full run saves rarely.
     """
-    steps: dict[str, list[float]] = {}
-    try:
-        lines = timeline.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split()
-        try:
-            if len(parts) == 3 and parts[0] == "step":
-                steps.setdefault(parts[1], []).append(float(parts[2]))
-        except ValueError:
-            continue
-    if not steps:
-        return None
-    times = max(steps.values(), key=len)  # the main optimizer: it steps most often
+    times = _main_optimizer_steps(timeline)
     if len(times) < 3:
         return None
     spans = [(s.started, s.ended) for s in saves if s.started is not None and s.ended is not None]
@@ -53,6 +39,30 @@ def cpu_step_time(timeline: Path, saves: Iterable[Save] = ()) -> float | None:
         in_saves = sum(min(end, b) - max(start, a) for a, b in spans if a < end and b > start)
         intervals.append(max(end - start - in_saves, 0.0))
     return statistics.median(intervals)
+
+
+def optimizer_steps(timeline: Path) -> int | None:
+    """Optimizer steps the run took (its main optimizer's); None when it took none (no torch, or
+    no ``optimizer.step()`` yet): a stuck run's progress when its loop has no counter to read."""
+    return len(_main_optimizer_steps(timeline)) or None
+
+
+def _main_optimizer_steps(timeline: Path) -> list[float]:
+    """The step times of the optimizer that stepped most often (the main one; a GAN's two step
+    alike), from the child's "step <optimizer id> <t>" lines; [] without any."""
+    steps: dict[str, list[float]] = {}
+    try:
+        lines = timeline.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        parts = line.split()
+        try:
+            if len(parts) == 3 and parts[0] == "step":
+                steps.setdefault(parts[1], []).append(float(parts[2]))
+        except ValueError:
+            continue
+    return max(steps.values(), key=len) if steps else []
 
 
 def session_estimate(

@@ -2,14 +2,17 @@
 
 Shared by the experiment runs, the resume check's runs and the memory plan's child: a failed run
 is told by its uncaught exception (the injected excepthook's ``exception.json``, else the last
-traceback on stderr), else its last stderr line or exit status; a stuck one by its stack dump.
+traceback on stderr), else its last stderr line or exit status; a stuck one by its stack dump
+and its record of the loops on that stack (loop_progress.py).
 """
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
+from trainmedic._os import read_json
 from trainmedic.preflight import child
 from trainmedic.preflight.frames import (
     Frame,
@@ -19,7 +22,7 @@ from trainmedic.preflight.frames import (
     parse_traceback,
     read_exception,
     resolve,
-    stuck_where,
+    stuck_in_loop,
     with_source,
 )
 from trainmedic.preflight.process import RunOutcome
@@ -49,12 +52,12 @@ def stuck_frames(run: RunOutcome, user: UserFiles) -> list[Frame]:
     return main_thread_frames(read_text(run.file(child.STACK)), read_text(run.file(child.FAULTHANDLER)), user)
 
 
-def stuck_at(run: RunOutcome, user: UserFiles) -> Where | None:
-    """Where an experiment's run was stuck: the user's innermost frame, else the innermost of all
-    (a command that is a library's own entry point, ``python -m pkg``, has no frame of the user's)."""
-    frames = stuck_frames(run, user)
-    frame = innermost_user(frames, user) or (frames[-1] if frames else None)
-    return stuck_where(frame) if frame else None
+def stuck_at(run: RunOutcome, user: UserFiles, cwd: Path, argv: Sequence[str] = ()) -> Where | None:
+    """Where an experiment's run was stuck: the user's loop still iterating and how far it got
+    (its SIGUSR2 record of the loops, ``child.LOOPS``), the user's innermost frame; the innermost
+    of all for a command that is a library's own entry point (``python -m pkg``). ``argv``: the
+    command, whose options may say a loop's total."""
+    return stuck_in_loop(stuck_frames(run, user), read_json(run.file(child.LOOPS)), user, cwd, argv)
 
 
 def exit_text(code: int | None) -> str:

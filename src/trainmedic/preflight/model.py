@@ -130,6 +130,9 @@ class ExperimentResult:
     resume: ResumeCheck | None = None
     resume_note: str | None = None
     cpu_step_time: float | None = None
+    #: optimizer.step() calls of the run (torch only): how far a stuck run got when its loop
+    #: has no counter to read.
+    optimizer_steps: int | None = None
     plan: PlanCheck | None = None
     session: SessionEstimate | None = None
     notes: list[str] = field(default_factory=list)
@@ -164,6 +167,7 @@ class ExperimentResult:
             "resume": self.resume.to_dict(root) if self.resume else None,
             "resume_note": self.resume_note,
             "cpu_step_seconds": self.cpu_step_time,
+            "optimizer_steps": self.optimizer_steps,
             "plan": self.plan.to_dict() if self.plan else None,
             "session": self.session.to_dict() if self.session else None,
             "notes": list(self.notes),

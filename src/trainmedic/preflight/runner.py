@@ -14,7 +14,7 @@ from pathlib import Path
 from trainmedic._os import read_json
 from trainmedic.preflight import child
 from trainmedic.preflight.declarations import Experiment, Settings
-from trainmedic.preflight.estimate import cpu_step_time, format_budget, session_estimate
+from trainmedic.preflight.estimate import cpu_step_time, format_budget, optimizer_steps, session_estimate
 from trainmedic.preflight.events import read_events
 from trainmedic.preflight.failures import describe_failure, read_text, stuck_at
 from trainmedic.preflight.frames import Where
@@ -83,7 +83,7 @@ def _run_experiment(
     )
     if run.stuck:
         result.status = "stuck"
-        result.where = stuck_at(run, user)
+        result.where = stuck_at(run, user, cwd, argv)
         if result.where is None:
             result.notes.append(
                 "no stack dump came back: the process ignored SIGUSR2 or was stuck before Python started"
@@ -95,6 +95,7 @@ def _run_experiment(
     _site_errors(result, run)
     events = read_events(run.file(child.EVENTS))
     result.cpu_step_time = cpu_step_time(run.file(child.TIMELINE), events.saves)
+    result.optimizer_steps = optimizer_steps(run.file(child.TIMELINE))
     result.uses_checkpointer = events.uses_checkpointer
     if events.uses_checkpointer:
         if not settings.resume_check:

@@ -6,8 +6,9 @@
 - installs the ConfigTracker (configs.py), so config keys read/set are recorded;
 - on SIGUSR2 dumps every thread's stack: faulthandler (C level, works even inside a long native
   call) to ``faulthandler.txt``, then at the next bytecode a Python-level dump of the main thread
-  first to ``stack.txt``, after the config snapshot to ``configs.json`` (the parent waits for
-  ``stack.txt``, so everything else is on disk by then);
+  first to ``stack.txt``, after the config snapshot to ``configs.json`` and the loops around the
+  project's frames, with how far each got (loop_progress.py), to ``loops.json`` (the parent
+  waits for ``stack.txt``, so everything else is on disk by then);
 - writes ``configs.json`` at exit too, and ``exception.json`` for an uncaught exception;
 - when torch is imported, appends a timestamp per optimizer step to ``steps.txt`` (the measured
   CPU speed; the Checkpointer's own events give the time spent saving, and with
@@ -42,9 +43,17 @@ class _Child:
         self.dir = directory
         self.tracker = None
         self.timeline = None
+        self.loops = None
 
     def install(self) -> None:
-        for step in (self._pid, self._configs, self._signals, self._excepthook, self._imports):
+        for step in (
+            self._pid,
+            self._configs,
+            self._loop_reader,
+            self._signals,
+            self._excepthook,
+            self._imports,
+        ):
             try:
                 step()
             except Exception as exc:  # never break the user's program over our own instrumentation
@@ -75,7 +84,7 @@ class _Child:
     # -- config tracking -------------------------------------------------------------------
 
     def _configs(self) -> None:
-        configs = _load_configs_module(os.environ.get("TRAINMEDIC_PREFLIGHT_PACKAGE", ""))
+        configs = _load_module(os.environ.get("TRAINMEDIC_PREFLIGHT_PACKAGE", ""), "configs")
         root = os.environ.get("TRAINMEDIC_PREFLIGHT_ROOT") or os.getcwd()
         self.tracker = configs.ConfigTracker(root)
         self.tracker.install()
@@ -95,6 +104,22 @@ class _Child:
 
     # -- where is it stuck -----------------------------------------------------------------
 
+    def _loop_reader(self) -> None:
+        # Loaded now, not in the signal handler: an import there could wait on a lock the
+        # interrupted code holds.
+        self.loops = _load_module(os.environ.get("TRAINMEDIC_PREFLIGHT_PACKAGE", ""), "loop_progress")
+
+    def _write_loops(self, frame) -> None:
+        if self.loops is None:
+            return
+        try:
+            import json
+
+            root = os.environ.get("TRAINMEDIC_PREFLIGHT_ROOT") or os.getcwd()
+            self._atomic_write("loops.json", json.dumps(self.loops.read_loops(frame, root)))
+        except Exception as exc:
+            self._note(f"loop progress: {type(exc).__name__}: {exc}")
+
     def _signals(self) -> None:
         import faulthandler
         import signal
@@ -107,6 +132,7 @@ class _Child:
 
     def _dump(self, signum, frame) -> None:
         self._write_configs()
+        self._write_loops(frame)
         try:
             import _thread
 
@@ -219,11 +245,12 @@ def _format_stack(frame) -> list[str]:
     ]
 
 
-def _load_configs_module(package_dir: str):
-    """configs.py without importing trainmedic's package (numpy, rich...) into the user's process."""
+def _load_module(package_dir: str, module: str):
+    """A stdlib-only module of trainmedic.preflight (configs.py, loop_progress.py) without
+    importing trainmedic's package (numpy, rich...) into the user's process."""
     import importlib
 
-    if package_dir and os.path.isfile(os.path.join(package_dir, "configs.py")):
+    if package_dir and os.path.isfile(os.path.join(package_dir, module + ".py")):
         import types
 
         name = "_trainmedic_preflight_child"
@@ -232,10 +259,10 @@ def _load_configs_module(package_dir: str):
             package.__path__ = [package_dir]  # configs.py's relative imports find its siblings
             sys.modules[name] = package
         try:
-            return importlib.import_module(f"{name}.configs")
+            return importlib.import_module(f"{name}.{module}")
         except ImportError:
             pass
-    return importlib.import_module("trainmedic.preflight.configs")
+    return importlib.import_module(f"trainmedic.preflight.{module}")
 
 
 def _note_somewhere(text: str) -> None:
