@@ -34,6 +34,10 @@ class LineGrowth:
     #: The paired tensors' bytes at the other batch and at this one.
     at_other: int = 0
     measured: int = 0
+    #: Bytes of the line's vocabulary-wide tensors, and of those the forward made (alive at the
+    #: peak: kept for backward), what a fused loss and checkpointing act on.
+    vocabulary_wide: int = 0
+    forward: int = 0
 
 
 def advise(kind: str, alloc: Allocation, batch_size: int, total: int, line: LineGrowth | None = None) -> str:
@@ -60,8 +64,11 @@ def advise(kind: str, alloc: Allocation, batch_size: int, total: int, line: Line
         advice.append(f"{grows}: {_accumulate(batch_size)} and holds {format_bytes(saved)} less here")
     else:
         advice.append(f"{grows}: {_accumulate(batch_size)}")
-    if kind not in ("attention", "pairwise") and "V" not in line.names and alloc.phase == "forward":
-        advice.append("or recompute it in backward with torch.utils.checkpoint")
+    if kind not in ("attention", "pairwise") and "V" not in line.names and line.forward:
+        advice.append(
+            f"or recompute it in backward with torch.utils.checkpoint (up to {format_bytes(line.forward)} "
+            "of this line are kept for backward)"
+        )
     return "; ".join(advice)
 
 
@@ -74,12 +81,14 @@ def _fixed(line: LineGrowth) -> str:
 
 def _logits(line: LineGrowth) -> str:
     text = (
-        "logits over the vocabulary: a loss computed over chunks of the tokens (or a fused linear + "
-        "cross-entropy kernel) never holds all B·S·V of them at once"
+        "logits over the vocabulary: a fused linear + cross-entropy kernel (or a loss over chunks of the "
+        "tokens that recomputes each chunk's logits in backward) never holds all B·S·V of them, "
+        f"up to {format_bytes(line.vocabulary_wide)} less here"
     )
     if line.upcast_bytes:
         text += (
-            f"; {format_bytes(line.upcast_bytes)} of this line are fp32 copies autocast makes for the loss"
+            f"; {format_bytes(line.upcast_bytes)} of this line are fp32 copies autocast makes for the loss, "
+            "which a loss that reads the bf16/fp16 logits does not need"
         )
     return text
 

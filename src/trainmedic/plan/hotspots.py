@@ -155,6 +155,11 @@ def line_growth(
     names = frozenset(name for name in ("S", "V") if any(name in part for part in parts))
     if not measured or sum(n for n, _ in measured) < 0.5 * total:
         return LineGrowth(None, names=names, upcast_bytes=upcast)
+    # What the other fixes act on: the vocabulary-wide tensors (a fused or chunked loss never
+    # holds them whole) and the forward's tensors still alive (checkpointing recomputes them).
+    vocabulary = next((d for d, name in sizes.items() if name == "V"), None)
+    wide = sum(n for n, a in members if vocabulary is not None and vocabulary in a.shape)
+    saved_for_backward = sum(n for n, a in members if a.phase == "forward")
     other = measured[0][1].other_batch
     mine = sum(n for n, _ in measured)
     at_other = sum(g.other_bytes for _, g in measured)
@@ -171,7 +176,7 @@ def line_growth(
     # The measured tensors on the line through their two traced sizes, read at the accumulation
     # batch (exact when the other trace ran at that batch); the rest held as they are.
     at_half = total - mine + round(mine + (at_other - mine) * (half - batch_size) / (other - batch_size))
-    return LineGrowth(kind, other, at_half, names, upcast, at_other, mine)
+    return LineGrowth(kind, other, at_half, names, upcast, at_other, mine, wide, saved_for_backward)
 
 
 def tensor_bytes(alloc: Allocation) -> int:
