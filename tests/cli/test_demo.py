@@ -1,6 +1,7 @@
 import json
 import re
 import time
+from pathlib import Path
 
 
 def test_demo_diagnoses_the_starved_loop_and_measures_the_data_load_fix(tm):
@@ -35,6 +36,11 @@ def test_demo_diagnoses_the_starved_loop_and_measures_the_data_load_fix(tm):
     assert re.search(r"Data share of the step: \d+% -> \d+%", text)
     assert (tm.cwd / "demo.html").stat().st_size > 1000
     assert "data.load(&quot;sqlite:///" in (tm.cwd / "demo.html").read_text()
+    # The sampler runs as the README says it does (the demo once sampled 5x finer than it said).
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    rate = re.search(r"a (\d+) ms stack sampler", readme).group(1)
+    sampler = next(note for note in report["notes"] if note.startswith("Stack sampler:"))
+    assert f"one every {rate} ms on average" in sampler, sampler
 
 
 def test_without_sqlalchemy_the_demo_runs_the_fix_by_hand(monkeypatch, tmp_path):
