@@ -79,6 +79,19 @@ def require(module: str, extra: str, purpose: str):
         raise MissingExtraError(module, extra, purpose) from exc
 
 
+def require_installed(module: str, extra: str, purpose: str) -> None:
+    """Raise MissingExtraError naming the extra unless ``module`` is installed, without importing
+    it: for a process that only starts others which import it (``import torch`` alone is 3 s)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise MissingExtraError(module, extra, purpose)
+
+
 class DataError(TrainmedicError):
     """``trainmedic.data`` cannot serve a source as asked."""
 

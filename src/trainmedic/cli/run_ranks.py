@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainmedic.cli.run_options import RunOptions
-from trainmedic.errors import require
+from trainmedic.errors import require_installed
 from trainmedic.run.diagnose.ranks import merge, rank_payload
 from trainmedic.run.probe import ranks
 from trainmedic.run.probe.ranks import RankIdentity
@@ -37,7 +37,8 @@ PARENT_ENV = "TRAINMEDIC_RANKS_PARENT"
 
 def launch(options: RunOptions, emit: Callable[[Report], None]) -> int:
     """Run the script on ``options.nproc`` local ranks under torchrun; emit the merged report."""
-    require("torch", "torch", "trainmedic run --nproc")
+    # Only the ranks and torchrun import torch: this process merely starts and waits for them.
+    require_installed("torch", "torch", "trainmedic run --nproc")
     folder = Path(tempfile.mkdtemp(prefix="trainmedic-ranks-"))
     command = (["-m", options.target] if options.module else [options.target]) + options.args
     rank_argv = [
