@@ -1,9 +1,13 @@
 """Name the user's lines that hold the peak, with the closed form of their size and the fix.
 
 A hotspot is a group of storages live at the peak that one op at one user line made. Its
-formula is read off the largest tensor's shape: a square trailing pair is attention scores
-(``B·H·S²``), an elementwise op whose output is much larger than every input is a broadcast
-pairwise tensor (``N·M·D``), anything else is its dimensions with the batch named ``B``.
+formula is its most telling tensor's own shape and dtype, so the product printed is the bytes
+printed: a square trailing pair is attention scores (``B·H·S²``), an elementwise op whose output
+is much larger than every input is a broadcast pairwise tensor (``N·M·D``), anything else is its
+axes. Which axes are the batch is measured where a second trace paired each tensor with its twin
+(``scaling.py``): ``B``, ``(B·S)`` for batch and sequence folded into one axis; the others are
+their sizes, named ``S`` or ``V`` where the build says what they are. Without a second trace
+the batch axis is read off the shape, and the advice says less.
 """
 
 from __future__ import annotations
