@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -32,7 +33,8 @@ while True:
     opt.step()
     step += 1
     if step == 3:
-        print(f"ready {rank}", flush=True)
+        sys.stdout.write(f"ready {rank}\\n")  # one write: print's two let the ranks' lines interleave
+        sys.stdout.flush()
     stop = torch.tensor([float(rank == 0 and (os.path.exists(stop_file) or time.monotonic() > deadline))])
     dist.all_reduce(stop)
     if stop.item():
@@ -47,6 +49,7 @@ def test_a_torchrun_launchers_ranks_are_read_and_merged(tmp_path):
     job.write_text(JOB)
     where = f"job.py:{next(i for i, line in enumerate(JOB.splitlines(), 1) if 'expect-where' in line)}"
     stop = tmp_path / "stop"
+    errors = (tmp_path / "stderr.txt").open("w")  # what the failure message shows
     launcher = subprocess.Popen(
         [
             sys.executable,
@@ -60,7 +63,7 @@ def test_a_torchrun_launchers_ranks_are_read_and_merged(tmp_path):
         ],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=errors,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
@@ -71,8 +74,7 @@ def test_a_torchrun_launchers_ranks_are_read_and_merged(tmp_path):
             assert line, (
                 f"the job ended before both ranks were ready: {(tmp_path / 'stderr.txt').read_text()[-2000:]}"
             )
-            if line.startswith("ready"):
-                ready.add(line.split()[1])
+            ready.update(re.findall(r"ready (\d)", line))  # "ready 0ready 1" seen once
         attached = attach(launcher.pid, duration_s=2)
     finally:
         stop.touch()
@@ -82,6 +84,7 @@ def test_a_torchrun_launchers_ranks_are_read_and_merged(tmp_path):
         if launcher.poll() is None:
             launcher.kill()
         launcher.wait()
+        errors.close()
     report = attached.report
     roles = sorted(p.role for p in attached.processes)
     assert roles == ["rank 0", "rank 1", "torchrun launcher"]

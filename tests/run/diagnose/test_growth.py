@@ -58,6 +58,22 @@ def test_a_machine_that_slows_mid_run_is_not_called_a_growing_step(completed, me
 
 
 @pytest.mark.parametrize("exact", [True, False], ids=["hooks", "sampled"])
+def test_a_machine_that_slows_one_part_more_than_the_other_is_not_growth(completed, measure, exact):
+    # The host of SLOWED_HOST_MS, slowing the batch's per-sample loop of tiny calls 1.45x and the
+    # model beside it 1.15x: twice the model's growth, but no more than a neighbour gives.
+    slowdown = [ms / SLOWED_HOST_MS[0] for ms in SLOWED_HOST_MS]
+    before = [0.0757 * (1 + 0.75 * (s - 1)) for s in slowdown]
+    model = [0.0113 * (1 + 0.25 * (s - 1)) for s in slowdown]
+    wall = [b + c for b, c in zip(before, model)]
+    lines, per_step = transform_then_model(before, model)
+    m = measure(lines, wall, per_step=per_step)
+    report = diagnose(timed(m, model) if exact else m, ["aug.py"], completed)
+    assert steps.trend(wall, wall) is not None
+    assert not any("grew" in f.evidence for f in report.findings)
+    assert any("a machine that slows one part more than another" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["hooks", "sampled"])
 def test_a_transform_that_does_more_each_step_beside_a_steady_model_is_growth(completed, measure, exact):
     before = [0.04 + 0.002 * i for i in range(STEPS)]
     model = [0.012] * STEPS

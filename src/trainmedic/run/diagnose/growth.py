@@ -8,7 +8,11 @@ is the rest of the step: a growing pool leaves the model's forward and backward 
 a machine that slows stretches every part alike. So the step is split in two parts (the batch's
 preparation and the model's part, or the sampled category and everything else), and the
 category grows only when its part grew clearly more than the other part did; otherwise the
-report says the whole step slowed.
+report says the whole step slowed. "Clearly more" is twice the rest's growth *and* a trend's own
+factor over it: a busy neighbour does not slow every part alike (a per-sample loop of tiny calls
+can slow 1.4x where the model beside it slows 1.15x, and CI once read that as growth), while a
+pool that grows beside a steady model outgrew it 1.8-2.5x in the zoo, alone and beside two
+busy processes.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from trainmedic.run.report.model import TimelinePoint
 REST_SHARE_OF_GROWTH = 0.5
 #: Below this share of the first quarter's step the other part is too small to be measured apart.
 MIN_REST_SHARE = 0.03
+#: ...and the grown part must have grown this much more than the rest did (their ratio): the
+#: growth a trend needs (steps.GROWTH_FLAG), once the machine's share of it is taken out.
+BEYOND_REST = steps.GROWTH_FLAG
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,12 @@ class Growth:
                 "no finding claims growth. Rerun on an idle machine to tell."
             )
         other, other_ratio = self.rest
+        if other_ratio - 1.0 <= REST_SHARE_OF_GROWTH * (ratio - 1.0):
+            return (
+                f"The {self.measure} grew over the run, {part} more than the rest ({ratio:.2f}x against "
+                f"{other} {other_ratio:.2f}x), but not by the {BEYOND_REST:.1f}x a machine that slows one "
+                "part more than another cannot give: no finding claims growth. Rerun on an idle machine to tell."
+            )
         return (
             f"The {self.measure} grew over the run, but every part of the step slowed alike ({part} "
             f"{ratio:.2f}x, {other} {other_ratio:.2f}x): the machine slowed down, not the code; no "
@@ -125,4 +138,5 @@ def attribute(
         return Growth(None, rising.measure, (grown, ratio), None)
     other_ratio = o_last / o_first
     alone = other_ratio - 1.0 <= REST_SHARE_OF_GROWTH * (ratio - 1.0)
-    return Growth(best if alone else None, rising.measure, (grown, ratio), (other, other_ratio))
+    beyond = ratio >= BEYOND_REST * max(other_ratio, 1.0)
+    return Growth(best if alone and beyond else None, rising.measure, (grown, ratio), (other, other_ratio))
