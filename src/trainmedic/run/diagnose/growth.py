@@ -10,7 +10,7 @@ preparation and the model's part, or the sampled category and everything else), 
 category grows only when its part grew clearly more than the other part did; otherwise the
 report says the whole step slowed. "Clearly more" is twice the rest's growth *and* a trend's own
 factor over it: a busy neighbour does not slow every part alike (a per-sample loop of tiny calls
-can slow 1.4x where the model beside it slows 1.15x, and CI once read that as growth), while a
+can slow more than the model beside it, and CI once read that as growth), while a
 pool that grows beside a steady model outgrew it 1.8-2.5x in the zoo, alone and beside two
 busy processes.
 """
