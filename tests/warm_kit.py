@@ -4,22 +4,28 @@ A fresh interpreter spends about 6 s of a 2-vCPU VM's CPU before a training scri
 ``import torch`` (2.5-3.5 s) and ``torch._dynamo`` (about 3 s, which every ``torch.optim``
 optimizer imports on construction). Tests that assert what a command does after that — its
 verdicts, reports, exit codes, messages — run it in a child forked from one interpreter per test
-worker that has imported torch, torch._dynamo and numpy and nothing else. The child is a real
+worker that has imported torch, torch._dynamo and numpy. The child is a real
 process: its own pid, process group, working directory, environment, argv and standard streams,
 and it exits through the interpreter's normal shutdown (atexit handlers, flushed files).
 
-trainmedic itself is imported fresh in every child, so each run sees the code as it is on disk.
-A request whose environment changes a variable read when torch or Python starts (thread counts,
-CUDA, ``PYTHON*`` but PYTHONPATH) runs in a fresh interpreter instead. Tests of start-up itself
-(imports, a script's own ``import torch`` as ``trainmedic run`` sees it, the demo's first run)
-pass ``fresh=True`` or call ``subprocess`` directly, and so do tests that signal a running child.
+The warm interpreter has also imported the modules of trainmedic's CLI and of ``run`` (0.4 s a
+child), and runs none of them: each child runs its command from the start, with its own argv,
+environment and working directory (trainmedic reads none of those at import time).
+
+The variables read when torch or Python starts (thread counts, CUDA, ``PYTHON*`` but
+PYTHONPATH) are the warm interpreter's own: a request with other values is served by one started
+with them. Tests of start-up itself (imports, a script's own ``import torch`` as ``trainmedic
+run`` sees it, the demo's first run) pass ``fresh=True`` or call ``subprocess`` directly.
+:func:`popen_python` starts a child that a test talks to through pipes and signals while it runs.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,18 +33,20 @@ import tempfile
 import threading
 from pathlib import Path
 
-#: Read when torch, its thread pools or the interpreter start: a different value needs a fresh one.
+#: Read when torch, its thread pools or the interpreter start: other values need a warm interpreter of their own.
 STARTUP_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "CUDA", "TORCH", "PYTORCH", "PYTHON", "LD_")
 
-#: Startup variables the warm child applies itself (PYTHONPATH) or that only change when a write
-#: lands (PYTHONUNBUFFERED: every warm child is unbuffered).
-HANDLED = {"PYTHONPATH", "PYTHONUNBUFFERED"}
+#: Startup variables the warm child applies itself (PYTHONPATH), that only change when a write
+#: lands (PYTHONUNBUFFERED: every warm child is unbuffered), or that are read only when used
+#: (TORCHINDUCTOR_CACHE_DIR, which torch's compiler sets in the test process the first time it runs).
+HANDLED = {"PYTHONPATH", "PYTHONUNBUFFERED", "TORCHINDUCTOR_CACHE_DIR"}
 
 #: The warm interpreter: imports, then forks one child per request line on stdin. The parent
 #: answers with the child's pid, then with its exit status once it is reaped.
 SERVER = r"""
 import atexit, gc, json, os, runpy, sys, threading, traceback
 import numpy, torch, torch._dynamo  # noqa: F401  the cost every training child pays first
+import trainmedic.cli.main, trainmedic.cli.run  # noqa: F401  the command's modules, loaded and not run
 
 gc.freeze()  # the children's collections leave the warm objects (and their pages) alone
 
@@ -57,8 +65,9 @@ def serve():
 
 request = serve()
 os.setpgid(0, 0)  # its own group: a timeout kills what it started too
+# Files, or the named pipes of popen_python() (opened in this order on both ends).
 for fd, path, flags in (
-    (0, os.devnull, os.O_RDONLY),
+    (0, request.get("stdin") or os.devnull, os.O_RDONLY),
     (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
     (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
 ):
@@ -120,10 +129,6 @@ class _Warm:
         )
         atexit.register(self.close)
 
-    def fits(self, env: dict[str, str]) -> bool:
-        keys = {k for k in set(env) | set(self.env) if k.startswith(STARTUP_PREFIXES)} - HANDLED
-        return self.proc.poll() is None and all(env.get(k) == self.env.get(k) for k in keys)
-
     def run(
         self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float
     ) -> subprocess.CompletedProcess:
@@ -139,6 +144,27 @@ class _Warm:
             if status is None:
                 raise subprocess.TimeoutExpired(cmd, timeout, stdout, stderr)
             return subprocess.CompletedProcess(cmd, status, stdout, stderr)
+
+    def popen(self, argv: list[str], cwd: Path, env: dict[str, str]) -> WarmProcess:
+        """The child started, its standard streams named pipes held open here; the warm
+        interpreter serves nothing else until the child has been waited for."""
+        self.lock.acquire()
+        try:
+            folder = tempfile.mkdtemp(prefix="trainmedic-warm-")
+            pipes = {name: os.path.join(folder, name) for name in ("stdin", "stdout", "stderr")}
+            for path in pipes.values():
+                os.mkfifo(path)
+            request = {"argv": argv, "cwd": str(cwd), "env": env, **pipes}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            pid = json.loads(self.proc.stdout.readline())["pid"]
+            # The child opens stdin, stdout, stderr in this order; each open waits for the other end.
+            stdin = open(pipes["stdin"], "w", buffering=1)
+            stdout, stderr = open(pipes["stdout"]), open(pipes["stderr"])
+        except BaseException:
+            self.lock.release()
+            raise
+        return WarmProcess(self, [sys.executable, *argv], pid, stdin, stdout, stderr, folder)
 
     def _wait(self, pid: int, timeout: float) -> int | None:
         """The child's exit code; None, after killing its process group, when it overran."""
@@ -161,19 +187,85 @@ class _Warm:
             self.proc.wait(timeout=30)
 
 
-_WARM: _Warm | None = None
+class WarmProcess:
+    """What tests use of ``subprocess.Popen(..., stdin=PIPE, stdout=PIPE, stderr=PIPE, text=True)``
+    for a child of the warm interpreter: its pid (signals go to it directly), its three pipes,
+    ``wait``, ``communicate`` and ``returncode``."""
+
+    def __init__(self, warm: _Warm, args: list[str], pid: int, stdin, stdout, stderr, folder: str) -> None:
+        self.warm, self.args, self.pid = warm, args, pid
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.folder = folder
+        self.returncode: int | None = None
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, 0)  # the warm interpreter reaps its children at once
+            except ProcessLookupError:
+                return self.wait()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit code; past ``timeout`` the child's process group is killed (TimeoutExpired)."""
+        if self.returncode is None:
+            status = self.warm._wait(self.pid, timeout if timeout is not None else 3600)
+            if status is None:
+                self._close()
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self.returncode = status
+            self._close()
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """The rest of stdout and stderr once the child has closed them, then its exit code."""
+        if not self.stdin.closed:
+            self.stdin.close()
+        texts: dict[str, str] = {}
+        readers = [
+            threading.Thread(target=lambda n=n, f=f: texts.__setitem__(n, f.read()), daemon=True)
+            for n, f in (("stdout", self.stdout), ("stderr", self.stderr))
+        ]
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            reader.join(timeout)
+        if any(reader.is_alive() for reader in readers):
+            self.kill()
+            self.wait()
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self.wait(timeout)
+        return texts["stdout"], texts["stderr"]
+
+    def _close(self) -> None:
+        for stream in (self.stdin, self.stdout, self.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.warm.lock.locked():
+            self.warm.lock.release()
+
+
+#: This process's warm interpreters, by the startup variables they were started with.
+_WARM: dict[tuple, _Warm] = {}
+#: At most this many at once: a test process whose startup variables change keeps no stale ones.
+_MAX_WARM = 2
 
 
 def run_python(
     argv: list[str], *, cwd: Path | str, env: dict[str, str], timeout: float, fresh: bool = False
 ) -> subprocess.CompletedProcess:
     """``subprocess.run([python, *argv], capture_output=True, text=True)``, forked from the warm
-    interpreter unless ``fresh`` or ``env`` asks for a new one. ``argv``: ``-m module ...`` or
-    ``script.py ...``."""
-    global _WARM
-    if not fresh and (_WARM is None or _WARM.proc.poll() is not None):
-        _WARM = _Warm(dict(env))
-    if fresh or not _WARM.fits(env):
+    interpreter started with ``env``'s startup variables, or in a new one when ``fresh``.
+    ``argv``: ``-m module ...`` or ``script.py ...``."""
+    if fresh:
         return subprocess.run(
             [sys.executable, *argv],
             cwd=cwd,
@@ -183,7 +275,32 @@ def run_python(
             timeout=timeout,
             check=False,
         )
-    return _WARM.run(list(argv), Path(cwd), dict(env), timeout)
+    return _warm_for(env).run(list(argv), Path(cwd), dict(env), timeout)
+
+
+def _warm_for(env: dict[str, str]) -> _Warm:
+    """The warm interpreter started with ``env``'s startup variables (started on first use)."""
+    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and k not in HANDLED))
+    warm = _WARM.get(key)
+    if warm is not None and warm.proc.poll() is not None:
+        del _WARM[key]
+        warm = None
+    if warm is None:
+        while len(_WARM) >= _MAX_WARM:
+            _WARM.pop(next(iter(_WARM))).close()
+        warm = _WARM[key] = _Warm(dict(env))
+    return warm
+
+
+def popen_python(argv: list[str], *, cwd: Path | str, env: dict[str, str]) -> WarmProcess:
+    """``subprocess.Popen([python, *argv], stdin=PIPE, stdout=PIPE, stderr=PIPE, text=True)``,
+    forked from the warm interpreter as :func:`run_python` runs it."""
+    return _warm_for(env).popen(list(argv), Path(cwd), dict(env))
+
+
+def popen_trainmedic(args: list[str], *, cwd: Path | str, env: dict[str, str]) -> WarmProcess:
+    """``python -m trainmedic *args``, as :func:`popen_python` starts it."""
+    return popen_python(["-m", "trainmedic", *args], cwd=cwd, env=env)
 
 
 def run_trainmedic(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
+
+from warm_kit import popen_trainmedic
 
 from trainmedic.categories import CATEGORIES
 
@@ -162,23 +162,8 @@ def test_ctrl_c_reports_what_was_measured_and_exits_130(tm):
         ),
     )
     env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainmedic",
-            "run",
-            "--json",
-            "report.json",
-            "train.py",
-            "--iters",
-            "10000000",
-        ],
-        cwd=tm.cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = popen_trainmedic(
+        ["run", "--json", "report.json", "train.py", "--iters", "10000000"], cwd=tm.cwd, env=env
     )
     assert proc.stdout.readline().strip() == "ready"  # wait for real steps, no sleeping
     proc.send_signal(signal.SIGINT)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import subprocess
 import sys
 import termios
 
 import pytest
 from proc_kit import wait_for
+from warm_kit import WarmProcess, popen_trainmedic
 
 #: A real training loop that prints a line per step; from step 4 on it is steady state (3 warm-up steps).
 TRAIN = """
@@ -38,38 +38,23 @@ for step in range(10**9):
 SIGNALS = [(signal.SIGINT, 130, "Ctrl+C (SIGINT)"), (signal.SIGTERM, 143, "SIGTERM")]
 
 
-def _start(tm, setup: str = "", in_step: str = "", filler: int = 0) -> subprocess.Popen:
+def _start(tm, setup: str = "", in_step: str = "", filler: int = 0) -> WarmProcess:
     tm.script("train.py", TRAIN.format(setup=setup, in_step=in_step, filler="." * filler))
     env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainmedic",
-            "run",
-            "--json",
-            "report.json",
-            "--html",
-            "report.html",
-            "train.py",
-        ],
-        cwd=tm.cwd,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # Forked from the warm interpreter (torch imported): a real process with real pipes and signals.
+    return popen_trainmedic(
+        ["run", "--json", "report.json", "--html", "report.html", "train.py"], cwd=tm.cwd, env=env
     )
 
 
-def _wait_for_line(proc: subprocess.Popen, wanted: str) -> None:
+def _wait_for_line(proc: WarmProcess, wanted: str) -> None:
     for line in proc.stdout:
         if line.strip() == wanted:
             return
     raise AssertionError(f"the script ended before printing {wanted!r}: {proc.communicate(timeout=60)}")
 
 
-def _assert_cut_short(tm, proc: subprocess.Popen, code: int, name: str) -> dict:
+def _assert_cut_short(tm, proc: WarmProcess, code: int, name: str) -> dict:
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err[-3000:]
     report = tm.report()

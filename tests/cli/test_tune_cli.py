@@ -6,12 +6,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from warm_kit import run_trainmedic
+from warm_kit import popen_trainmedic, run_trainmedic
 
 BUILDS = Path(__file__).resolve().parents[1] / "tune" / "tune_builds.py"
 
@@ -113,11 +112,8 @@ def test_an_option_the_script_does_not_have_is_named_with_the_close_one(tmp_path
 
 def test_ctrl_c_prints_what_was_measured_and_exits_130(tmp_path):
     (tmp_path / "model.py").write_text(INTERRUPTIBLE)
-    child = subprocess.Popen(
+    child = popen_trainmedic(
         [
-            sys.executable,
-            "-m",
-            "trainmedic",
             "tune",
             "model.py:build",
             "--device",
@@ -133,9 +129,6 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130(tmp_path):
         ],
         cwd=tmp_path,
         env=_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     marker = tmp_path / "measuring"
     deadline = time.monotonic() + 240
