@@ -119,6 +119,8 @@ class _Warm:
         # exited, so buffering changes nothing a test sees. PYTHONPATH is each child's own.
         self.env = {k: v for k, v in env.items() if k != "PYTHONPATH"} | {"PYTHONUNBUFFERED": "1"}
         self.lock = threading.Lock()
+        #: The child popen() started, until it has been waited for.
+        self.active: WarmProcess | None = None
         self.proc = subprocess.Popen(
             [sys.executable, "-c", SERVER],
             stdin=subprocess.PIPE,
@@ -132,6 +134,7 @@ class _Warm:
     def run(
         self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float
     ) -> subprocess.CompletedProcess:
+        self._reclaim()
         with self.lock, tempfile.TemporaryDirectory(prefix="trainmedic-warm-") as folder:
             out, err = Path(folder, "stdout"), Path(folder, "stderr")
             request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
@@ -148,6 +151,7 @@ class _Warm:
     def popen(self, argv: list[str], cwd: Path, env: dict[str, str]) -> WarmProcess:
         """The child started, its standard streams named pipes held open here; the warm
         interpreter serves nothing else until the child has been waited for."""
+        self._reclaim()
         self.lock.acquire()
         try:
             folder = tempfile.mkdtemp(prefix="trainmedic-warm-")
@@ -164,7 +168,16 @@ class _Warm:
         except BaseException:
             self.lock.release()
             raise
-        return WarmProcess(self, [sys.executable, *argv], pid, stdin, stdout, stderr, folder)
+        self.active = WarmProcess(self, [sys.executable, *argv], pid, stdin, stdout, stderr, folder)
+        return self.active
+
+    def _reclaim(self) -> None:
+        """Kill and reap a popen() child that a failed test left running: the interpreter serves
+        one child at a time, and the next request would wait for it forever."""
+        if self.active is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.active.pid, signal.SIGKILL)
+            self.active.wait(timeout=30)
 
     def _wait(self, pid: int, timeout: float) -> int | None:
         """The child's exit code; None, after killing its process group, when it overran."""
@@ -182,6 +195,7 @@ class _Warm:
         return json.loads(answer[0])["status"]
 
     def close(self) -> None:
+        self._reclaim()
         if self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(timeout=30)
@@ -249,7 +263,8 @@ class WarmProcess:
             with contextlib.suppress(OSError):
                 stream.close()
         shutil.rmtree(self.folder, ignore_errors=True)
-        if self.warm.lock.locked():
+        if self.warm.active is self:
+            self.warm.active = None
             self.warm.lock.release()
 
 
