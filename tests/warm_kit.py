@@ -137,10 +137,9 @@ class _Warm:
         self._reclaim()
         with self.lock, tempfile.TemporaryDirectory(prefix="trainmedic-warm-") as folder:
             out, err = Path(folder, "stdout"), Path(folder, "stderr")
-            request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-            pid = json.loads(self.proc.stdout.readline())["pid"]
+            pid = self._fork(
+                {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
+            )
             status = self._wait(pid, timeout)
             cmd = [sys.executable, *argv]
             stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
@@ -158,10 +157,7 @@ class _Warm:
             pipes = {name: os.path.join(folder, name) for name in ("stdin", "stdout", "stderr")}
             for path in pipes.values():
                 os.mkfifo(path)
-            request = {"argv": argv, "cwd": str(cwd), "env": env, **pipes}
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-            pid = json.loads(self.proc.stdout.readline())["pid"]
+            pid = self._fork({"argv": argv, "cwd": str(cwd), "env": env, **pipes})
             # The child opens stdin, stdout, stderr in this order; each open waits for the other end.
             stdin = open(pipes["stdin"], "w", buffering=1)
             stdout, stderr = open(pipes["stdout"]), open(pipes["stderr"])
@@ -170,6 +166,12 @@ class _Warm:
             raise
         self.active = WarmProcess(self, [sys.executable, *argv], pid, stdin, stdout, stderr, folder)
         return self.active
+
+    def _fork(self, request: dict) -> int:
+        """Send one request; the pid of the child the warm interpreter forked for it."""
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())["pid"]
 
     def _reclaim(self) -> None:
         """Kill and reap a popen() child that a failed test left running: the interpreter serves

@@ -59,7 +59,7 @@ class Growth:
                 "no finding claims growth. Rerun on an idle machine to tell."
             )
         other, other_ratio = self.rest
-        if other_ratio - 1.0 <= REST_SHARE_OF_GROWTH * (ratio - 1.0):
+        if _grew_alone(ratio, other_ratio):
             return (
                 f"The {self.measure} grew over the run, {part} more than the rest ({ratio:.2f}x against "
                 f"{other} {other_ratio:.2f}x), but not by the {BEYOND_REST:.1f}x a machine that slows one "
@@ -137,6 +137,11 @@ def attribute(
     if o_first < MIN_REST_SHARE * (g_first + o_first):
         return Growth(None, rising.measure, (grown, ratio), None)
     other_ratio = o_last / o_first
-    alone = other_ratio - 1.0 <= REST_SHARE_OF_GROWTH * (ratio - 1.0)
     beyond = ratio >= BEYOND_REST * max(other_ratio, 1.0)
-    return Growth(best if alone and beyond else None, rising.measure, (grown, ratio), (other, other_ratio))
+    grew = _grew_alone(ratio, other_ratio) and beyond
+    return Growth(best if grew else None, rising.measure, (grown, ratio), (other, other_ratio))
+
+
+def _grew_alone(ratio: float, other_ratio: float) -> bool:
+    """Whether the rest of the step grew by at most REST_SHARE_OF_GROWTH of what the part grew."""
+    return other_ratio - 1.0 <= REST_SHARE_OF_GROWTH * (ratio - 1.0)
