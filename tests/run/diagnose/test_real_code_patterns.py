@@ -8,14 +8,12 @@ the loop's own and not the whole step's, and the order of the findings.
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 from scenarios.test_zoo import HERE, diagnose
-
-#: per_sample_in_step.py, measured by ablation (its docstring): the step with the per-sample loop
-#: over the step with the same batch built by one batched call (``--batched``).
-PER_SAMPLE_ABLATION_GAIN = 2.1
+from warm_kit import run_python
 
 _reports: dict[str, dict] = {}
 
@@ -102,11 +100,25 @@ def test_a_findings_seconds_fit_in_the_mean_step(name, tmp_path_factory):
 # -- a per-sample loop inside a step that also trains: the gain is the loop's, not the step's --
 
 
+def _ablation_gain() -> float:
+    """per_sample_in_step.py's truth on this machine, now: its step with the per-sample loop over
+    its step with the same batch built by one batched call, timed in alternating steps."""
+    result = run_python(
+        [str(HERE / "per_sample_in_step.py"), "--ablate"], cwd=HERE, env=dict(os.environ), timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    match = re.search(r"per-sample step ([\d.]+) ms, batched step ([\d.]+) ms", result.stdout)
+    assert match, result.stdout
+    return float(match.group(1)) / float(match.group(2))
+
+
 def test_the_per_sample_loops_gain_is_not_the_whole_steps(per_sample):
     top = per_sample["findings"][0]
     assert top["category"] == "tiny_ops", per_sample["findings"]
-    # Backward and Adam are not the loop's: vectorising it cannot remove them.
-    assert top["expected_speedup"] <= 1.3 * PER_SAMPLE_ABLATION_GAIN, top
+    # Backward and Adam are not the loop's: vectorising it cannot remove them. The truth is
+    # measured here, not pinned: how much of the step the loop is depends on the CPU's call cost.
+    gain = _ablation_gain()
+    assert top["expected_speedup"] <= 1.3 * gain, (gain, top)
 
 
 # -- np.load every step: the finding whose fix buys the most comes first, not the largest share --
