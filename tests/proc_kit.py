@@ -48,7 +48,7 @@ def run_group(
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired as overran:
-            _kill_tree(proc.pid)
+            kill_tree(proc.pid)
             overran.stdout, overran.stderr = proc.communicate()
             raise
     if check and proc.returncode:
@@ -56,7 +56,7 @@ def run_group(
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-def _kill_tree(root: int) -> None:
+def kill_tree(root: int) -> None:
     """SIGKILL ``root`` and all its descendants, also those in sessions of their own (torchrun
     puts each rank in one). Stopped first, so none can start a child the walk misses."""
     try:

@@ -33,6 +33,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from proc_kit import kill_tree
+
 #: Read when torch, its thread pools or the interpreter start: other values need a warm interpreter of their own.
 STARTUP_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "CUDA", "TORCH", "PYTORCH", "PYTHON", "LD_")
 
@@ -188,10 +190,7 @@ class _Warm:
         reader.start()
         reader.join(timeout)
         if reader.is_alive():
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_tree(pid)  # a launcher's workers too, in sessions of their own (torchrun's ranks)
             reader.join()
             return None
         return json.loads(answer[0])["status"]

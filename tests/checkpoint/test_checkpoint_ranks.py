@@ -10,12 +10,11 @@ rank 0 wrote. Restoring that checkpoint in a 1-process run is refused, naming bo
 import json
 import os
 import signal
-import sys
 import textwrap
 
 import numpy as np
 import pytest
-from proc_kit import run_group
+from warm_kit import run_python
 
 from trainmedic import data
 from trainmedic.checkpoint import Checkpointer
@@ -102,9 +101,9 @@ SCRIPT = textwrap.dedent(
 
 
 # --standalone: torchrun binds its rendezvous store to a port the OS picks, where a port found free
-# beforehand could be taken by another process before torchrun binds it.
+# beforehand could be taken by another process before torchrun binds it. The launcher is forked warm
+# (tests/warm_kit.py); the ranks it starts are new interpreters, as under any torchrun.
 TORCHRUN = [
-    sys.executable,
     "-m",
     "torch.distributed.run",
     "--standalone",
@@ -120,9 +119,11 @@ def torchrun(tmp_path, tag, stop_at=0):
     out.mkdir()
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # OMP_NUM_THREADS: torchrun sets 1 for its ranks where it is unset; set here, it would also
+    # need a warm interpreter of its own.
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
     cmd = [*TORCHRUN, str(script), str(out), str(tmp_path / "ckpt"), str(tmp_path / "cache"), str(stop_at)]
-    result = run_group(cmd, timeout=120, capture_output=True, text=True, env=env)
+    result = run_python(cmd, cwd=tmp_path, env=env, timeout=120)
     return out, result
 
 
@@ -268,9 +269,7 @@ def test_a_checkpointer_used_on_rank_0_only_is_a_clear_error_not_a_hang(tmp_path
     script = tmp_path / "alone.py"
     script.write_text(ALONE)
     cmd = [*TORCHRUN, str(script), str(tmp_path / "ckpt")]
-    result = run_group(
-        cmd, timeout=120, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")
-    )
+    result = run_python(cmd, cwd=tmp_path, env=dict(os.environ), timeout=120)
     assert result.returncode != 0
     assert "CheckpointError: the Checkpointer on rank 0 of 2 waited 3 s for the other ranks" in result.stderr
     assert "not inside `if rank == 0:`" in result.stderr

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
+from warm_kit import run_python, run_trainmedic
 
 #: A DDP loop on 2 ranks; SLOW plants a straggler on rank 1 (its data or its compute), a failure
 #: (an exception, a SIGKILL) at step 12, or a crash at exit. Line numbers are pinned by the tests below.
@@ -64,15 +64,7 @@ def _job(tm, slow: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
 
 def _with_env(tm, extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1", **extra}
-    return subprocess.run(
-        [sys.executable, "-m", "trainmedic", *args],
-        cwd=tm.cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return run_trainmedic(list(args), cwd=tm.cwd, env=env, timeout=180)
 
 
 @pytest.mark.parametrize(("slow", "where"), [("data", "job.py:12"), ("compute", "job.py:23")])
@@ -129,9 +121,8 @@ def test_under_plain_torchrun_rank_0_writes_the_one_merged_report(tm, shared_fol
     env = {**os.environ, "SLOW": "data", "COLUMNS": "120"}
     if shared_folder:  # what a job on several nodes sets: rank 0 still merges
         env["TRAINMEDIC_RANKS_DIR"] = str(tm.cwd / "parts")
-    result = subprocess.run(
+    result = run_python(
         [
-            sys.executable,
             "-m",
             "torch.distributed.run",
             "--standalone",
@@ -146,10 +137,7 @@ def test_under_plain_torchrun_rank_0_writes_the_one_merged_report(tm, shared_fol
         ],
         cwd=tm.cwd,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=180,
-        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = tm.report()
