@@ -135,3 +135,16 @@ def test_a_cuda_run_without_nvml_says_why(completed, measure):
     reason = "nvidia-ml-py is not installed: pip install 'trainmedic[gpu]'"
     m.device = DeviceInfo("cuda", "NVIDIA T4", {"nvml": {"available": False, "reason": reason}})
     assert any(reason in note for note in diagnose(m, ["t.py"], completed).notes)
+
+
+def test_a_category_that_is_all_of_the_time_is_a_share_of_one_not_an_error(completed, measure):
+    # Summed per line, these seconds come out one rounding error above their total summed in
+    # order (0.6 + 0.18 + 0.4 > 0.6 + 0.4 + 0.18): a share above 1 once stopped the report.
+    lines = {
+        ("compute", "backward", "train.py:30", "train.py:1:<module>"): 0.6,
+        ("compute", "backward", "train.py:31", "train.py:1:<module>"): 0.4,
+        ("compute", "backward", "train.py:30", "train.py:5:step"): 0.18,
+    }
+    report = diagnose(measure(lines, [0.03] * 40), ["train.py"], completed)
+    assert report.bottleneck == "compute"
+    assert report.findings[0].share == 1.0 and report.findings[0].ceiling == float("inf")

@@ -242,7 +242,9 @@ def _findings(
     findings = []
     for (category, kind), by_where in groups.items():
         seconds = sum(by_where.values())
-        share = seconds / total if total else 0.0
+        # Clamped: the group's seconds and the total are summed in different orders, so a group
+        # that is all of the time can come out a rounding error above 1.
+        share = min(seconds / total, 1.0) if total else 0.0
         if share < MIN_SHARE:
             continue
         # The heaviest line of the user's in this category: loss.backward() when backward is
