@@ -87,6 +87,32 @@ def test_a_transform_that_does_more_each_step_beside_a_steady_model_is_growth(co
     assert not any("slowed" in n for n in report.notes)
 
 
+def test_a_part_that_outgrew_the_rest_on_the_wall_clock_alone_is_not_growth(completed, measure):
+    # What CI saw of tests/scenarios/data_transform.py beside a busy neighbour: the step's wall
+    # time grew 2.0x, its CPU time 1.24x. On the wall clock the transform (2.1x) outgrew the model
+    # (1.3x); on the process's own CPU time they rose alike (1.3x, 1.25x): no more work per step.
+    ramp = [i / (STEPS - 1) for i in range(STEPS)]
+    before_wall = [0.087 * (1 + 1.1 * r) for r in ramp]
+    model_wall = [0.013 * (1 + 0.3 * r) for r in ramp]
+    before_cpu = [0.087 * (1 + 0.3 * r) for r in ramp]
+    model_cpu = [0.013 * (1 + 0.25 * r) for r in ramp]
+    wall = [b + c for b, c in zip(before_wall, model_wall)]
+    cpu = [b + c for b, c in zip(before_cpu, model_cpu)]
+    lines, per_step = transform_then_model(before_wall, model_wall)
+    m = measure(lines, wall, per_step=per_step, cpu_durations=cpu)
+    m.model_durations = [(i, (w, c)) for i, (w, c) in enumerate(zip(model_wall, model_cpu), start=3)]
+    report = diagnose(m, ["aug.py"], completed)
+    assert steps.trend(wall, cpu).measure == "step time"
+    assert report.findings[0].category == "data" and report.findings[0].kind != "pool"
+    assert not any("grew" in f.evidence for f in report.findings)
+    note = next(n for n in report.notes if "on the process's own CPU time" in n)
+    assert "the batch's preparation did not outgrow it" in note
+    # The same wall clock with CPU time that rose with it: the code did more each step.
+    m = measure(lines, wall, per_step=per_step, cpu_durations=wall)
+    m.model_durations = [(i, (w, w)) for i, w in enumerate(model_wall, start=3)]
+    assert "step time grew" in diagnose(m, ["aug.py"], completed).findings[0].evidence
+
+
 def test_sampled_growth_of_a_part_too_small_to_measure_is_not_growth(completed, measure):
     # tests/scenarios/pool_growth.py's model is 4 % of its step: a few samples a quarter, whose
     # count can triple by chance. Timed by the hooks, the same model part is steady.

@@ -84,7 +84,12 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     rising = steps.trend(durations, cpu)
     grown = (
         growth.attribute(
-            timeline, rising, dict(m.cpu_durations), dict(m.per_step), mapping, dict(m.model_durations)
+            timeline,
+            rising,
+            dict(m.cpu_durations) if cpu else {},
+            dict(m.per_step),
+            mapping,
+            dict(m.model_durations),
         )
         if rising
         else None

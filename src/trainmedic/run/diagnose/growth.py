@@ -12,7 +12,11 @@ report says the whole step slowed. "Clearly more" is twice the rest's growth *an
 factor over it: a busy neighbour does not slow every part alike (a per-sample loop of tiny calls
 can slow more than the model beside it, and CI once read that as growth), while a
 pool that grows beside a steady model outgrew it 1.8-2.5x in the zoo, alone and beside two
-busy processes.
+busy processes. Where the step's growth showed on the wall clock, the part must also have grown
+that way on the process's own CPU time when it is known (not on CUDA): code that does more each
+step does more work on both clocks, while a neighbour that takes the CPU away stretches mostly
+wall time (in CI a per-sample transform's step grew 2.0x in wall time, 1.24x in CPU time, and its
+part outgrew the model's on the wall clock alone).
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ class Growth:
     #: over first-quarter mean seconds per step.
     grown: tuple[str, float]
     rest: tuple[str, float] | None
+    #: Set where the wall clock alone showed the part growing on its own and the process's own
+    #: CPU time did not: the part's ratio on the CPU clock (None: no part's CPU time rose).
+    unconfirmed: bool = False
+    own_cpu: float | None = None
 
     def note(self) -> str | None:
         """What the report says when the step grew but no one part of it did."""
@@ -59,6 +67,17 @@ class Growth:
                 "no finding claims growth. Rerun on an idle machine to tell."
             )
         other, other_ratio = self.rest
+        if self.unconfirmed:
+            cpu = (
+                f"{part} did not outgrow it ({self.own_cpu:.2f}x)"
+                if self.own_cpu is not None
+                else "no part rose"
+            )
+            return (
+                f"The {self.measure} grew over the run, {part} more than the rest ({ratio:.2f}x against "
+                f"{other} {other_ratio:.2f}x), but on the process's own CPU time {cpu}: the machine "
+                "slowed down, the code did not do more each step; no finding claims growth."
+            )
         if _grew_alone(ratio, other_ratio):
             return (
                 f"The {self.measure} grew over the run, {part} more than the rest ({ratio:.2f}x against "
@@ -81,7 +100,8 @@ def attribute(
     model_by_step: dict[int, tuple[float, float]] | None = None,
 ) -> Growth | None:
     """The category whose seconds per step grew most, on the clock that showed the trend, when
-    its part of the step grew on its own (None when no category's seconds rose at all).
+    its part of the step grew on its own (None when no category's seconds rose at all); a trend
+    on the wall clock must show the same on the process's CPU clock where ``cpu_by_step`` has it.
 
     The parts are the batch's preparation and the model's forward-to-step, timed exactly by the
     hooks (``model_by_step``, wall and CPU seconds) where they saw most steps; otherwise the
@@ -90,6 +110,33 @@ def attribute(
     construction and says nothing about the machine).
     """
     cpu_clock = rising.measure != "step time"
+    found = _on_clock(cpu_clock, timeline, rising, cpu_by_step, per_step, mapping, model_by_step)
+    if found is None or found.category is None or cpu_clock or not cpu_by_step:
+        return found
+    own = _on_clock(True, timeline, rising, cpu_by_step, per_step, mapping, model_by_step)
+    if own is not None and own.category == found.category:
+        return found
+    ratio = _ratio_of(own, found.grown[0]) if own is not None else None
+    return Growth(None, found.measure, found.grown, found.rest, unconfirmed=True, own_cpu=ratio)
+
+
+def _ratio_of(growth: Growth, part: str) -> float:
+    """``part``'s ratio in ``growth`` (the grown part or the rest)."""
+    if growth.grown[0] == part or growth.rest is None:
+        return growth.grown[1]
+    return growth.rest[1]
+
+
+def _on_clock(
+    cpu_clock: bool,
+    timeline: list[TimelinePoint],
+    rising: steps.Trend,
+    cpu_by_step: dict[int, float],
+    per_step: dict[int, list[float]],
+    mapping: dict[str, dict[str, float]],
+    model_by_step: dict[int, tuple[float, float]] | None,
+) -> Growth | None:
+    """:func:`attribute` on one clock: wall seconds per step, or the process's CPU seconds."""
 
     def clock(point: TimelinePoint) -> float:
         return cpu_by_step.get(point.step, 0.0) if cpu_clock and point.seconds > 0 else point.seconds
