@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 
 import pytest
 from browser_kit import CHROMEDRIVER, CHROMIUM
+
+# Bytecode caching on, for this run and every interpreter it starts, even where the machine turns it
+# off (PYTHONDONTWRITEBYTECODE): hundreds of new interpreters import trainmedic, and without a
+# cache each one compiles every module it imports again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture(scope="module")
