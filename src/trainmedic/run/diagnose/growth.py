@@ -51,7 +51,8 @@ class Growth:
     grown: tuple[str, float]
     rest: tuple[str, float] | None
     #: Set where the wall clock alone showed the part growing on its own and the process's own
-    #: CPU time did not: the part's ratio on the CPU clock (None: no part's CPU time rose).
+    #: CPU time did not: the part's ratio on the CPU clock (None where that clock split the step
+    #: otherwise, or no part's CPU time rose).
     unconfirmed: bool = False
     own_cpu: float | None = None
 
@@ -68,15 +69,11 @@ class Growth:
             )
         other, other_ratio = self.rest
         if self.unconfirmed:
-            cpu = (
-                f"{part} did not outgrow it ({self.own_cpu:.2f}x)"
-                if self.own_cpu is not None
-                else "no part rose"
-            )
+            cpu = f" ({self.own_cpu:.2f}x)" if self.own_cpu is not None else ""
             return (
                 f"The {self.measure} grew over the run, {part} more than the rest ({ratio:.2f}x against "
-                f"{other} {other_ratio:.2f}x), but on the process's own CPU time {cpu}: the machine "
-                "slowed down, the code did not do more each step; no finding claims growth."
+                f"{other} {other_ratio:.2f}x), but on the process's own CPU time {part} did not outgrow "
+                f"it{cpu}: the machine slowed down, the code did not do more each step; no finding claims growth."
             )
         if _grew_alone(ratio, other_ratio):
             return (
@@ -120,11 +117,12 @@ def attribute(
     return Growth(None, found.measure, found.grown, found.rest, unconfirmed=True, own_cpu=ratio)
 
 
-def _ratio_of(growth: Growth, part: str) -> float:
-    """``part``'s ratio in ``growth`` (the grown part or the rest)."""
-    if growth.grown[0] == part or growth.rest is None:
-        return growth.grown[1]
-    return growth.rest[1]
+def _ratio_of(growth: Growth, part: str) -> float | None:
+    """``part``'s ratio in ``growth``, the grown part or the rest (None: not one of its parts)."""
+    for name, ratio in (growth.grown, growth.rest or ("", None)):
+        if name == part:
+            return ratio
+    return None
 
 
 def _on_clock(
