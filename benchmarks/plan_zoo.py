@@ -379,3 +379,7 @@ if __name__ == "__main__":
         print(json.dumps([measure_allocated(args[0], b) for b in batches]))
     else:
         print(json.dumps(measure(args[0], batches)))
+    # The measurement is printed: skip the interpreter's teardown of torch (about 1.7 s of a 9 s
+    # child on a 2-vCPU VM, which measures nothing).
+    sys.stdout.flush()
+    os._exit(0)
