@@ -88,9 +88,10 @@ def test_a_transform_that_does_more_each_step_beside_a_steady_model_is_growth(co
 
 
 def test_a_part_that_outgrew_the_rest_on_the_wall_clock_alone_is_not_growth(completed, measure):
-    # What CI saw of tests/scenarios/data_transform.py beside a busy neighbour: the step's wall
-    # time grew 2.0x, its CPU time 1.24x. On the wall clock the transform (2.1x) outgrew the model
-    # (1.3x); on the process's own CPU time they rose alike (1.3x, 1.25x): no more work per step.
+    # What a full test run saw of tests/scenarios/data_transform.py beside a busy neighbour: the
+    # step's wall time grew 2.0x, its CPU time 1.24x. On the wall clock the transform (2.1x)
+    # outgrew the model (1.3x); on the process's own CPU time they rose alike (1.3x, 1.25x): no
+    # more work per step.
     ramp = [i / (STEPS - 1) for i in range(STEPS)]
     before_wall = [0.087 * (1 + 1.1 * r) for r in ramp]
     model_wall = [0.013 * (1 + 0.3 * r) for r in ramp]

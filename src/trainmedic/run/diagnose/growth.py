@@ -15,8 +15,8 @@ pool that grows beside a steady model outgrew it 1.8-2.5x in the zoo, alone and 
 busy processes. Where the step's growth showed on the wall clock, the part must also have grown
 that way on the process's own CPU time when it is known (not on CUDA): code that does more each
 step does more work on both clocks, while a neighbour that takes the CPU away stretches mostly
-wall time (in CI a per-sample transform's step grew 2.0x in wall time, 1.24x in CPU time, and its
-part outgrew the model's on the wall clock alone).
+wall time (in a full test run a per-sample transform's step grew 2.0x in wall time, 1.24x in CPU
+time, and its part outgrew the model's on the wall clock alone).
 """
 
 from __future__ import annotations
