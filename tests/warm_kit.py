@@ -179,12 +179,11 @@ class _Warm:
         """Kill and reap a popen() child that a failed test left running: the interpreter serves
         one child at a time, and the next request would wait for it forever."""
         if self.active is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.active.pid, signal.SIGKILL)
+            kill_tree(self.active.pid)
             self.active.wait(timeout=30)
 
     def _wait(self, pid: int, timeout: float) -> int | None:
-        """The child's exit code; None, after killing its process group, when it overran."""
+        """The child's exit code; None, after killing it and every process it started, when it overran."""
         answer: list[str] = []
         reader = threading.Thread(target=lambda: answer.append(self.proc.stdout.readline()), daemon=True)
         reader.start()

@@ -106,11 +106,15 @@ def attribute(
     slot shared with it, user code split into a pool and its per-row draw, grows with it by
     construction and says nothing about the machine).
     """
+
+    def on(cpu_clock: bool) -> Growth | None:
+        return _on_clock(cpu_clock, timeline, rising, cpu_by_step, per_step, mapping, model_by_step)
+
     cpu_clock = rising.measure != "step time"
-    found = _on_clock(cpu_clock, timeline, rising, cpu_by_step, per_step, mapping, model_by_step)
+    found = on(cpu_clock)
     if found is None or found.category is None or cpu_clock or not cpu_by_step:
         return found
-    own = _on_clock(True, timeline, rising, cpu_by_step, per_step, mapping, model_by_step)
+    own = on(True)
     if own is not None and own.category == found.category:
         return found
     ratio = _ratio_of(own, found.grown[0]) if own is not None else None
