@@ -153,6 +153,32 @@ def test_a_growing_concatenation_is_growth_whatever_else_its_function_does(compl
     assert "grew" in top.evidence
 
 
+def test_a_pools_concatenation_beside_its_per_row_draw_in_one_function_is_not_the_loops(completed, measure):
+    # tests/scenarios/pool_growth_tiny.py as Python 3.12 runs it (its comprehension inlined):
+    # draw() makes one torch.cat of the pool (40 ms a step) and 1,024 per-row calls (5 ms). Over
+    # the whole function that is 44 us a call, under 25 floors, and on a 16-core Xeon it read as
+    # "a per-sample loop at draw()'s def line" with no data at all.
+    fn = "pool.py:36:draw"
+    lines = {
+        (BEFORE_MODEL, "", "pool.py:37", fn): 0.040 * STEPS,  # pool = torch.cat(self.chunks)
+        (BEFORE_MODEL, "", "pool.py:39", fn): 0.005 * STEPS,  # pool[i] + 0.01 * torch.randn(DIM)
+        ("compute", "backward", "pool.py:62", "pool.py:1:<module>"): 0.010 * STEPS,
+    }
+    c = census(
+        {fn: tally(2 * 1025)},
+        {"pool.py:37": tally(2), "pool.py:39": tally(2 * 1024)},
+    )
+    report = diagnose(with_census(measure(lines, [0.055] * STEPS), c), ["pool.py"], completed)
+    by_line = {(ln.where, ln.category) for ln in report.lines}
+    assert ("pool.py:37", "data") in by_line
+    assert ("pool.py:39", "tiny_ops") in by_line
+    top = report.findings[0]
+    assert (top.category, top.where) == ("data", "pool.py:37")
+    loop = next(f for f in report.findings if f.category == "tiny_ops")
+    assert loop.where == "pool.py:39"
+    assert "1,024 torch calls per step at 4.9 µs each" in loop.evidence
+
+
 def test_findings_are_ordered_by_what_their_fix_buys(completed, measure):
     # A re-read np.load at 45 % buys more than "healthy" compute at 54 %.
     lines = {
