@@ -76,6 +76,12 @@ def expectation(script: Path) -> tuple[dict[str, Any], str]:
     marked = [i for i, line in enumerate(text.splitlines(), 1) if line.rstrip().endswith(MARK)]
     if len(marked) != 1:
         raise ValueError(f"{script.name}: exactly one line must end with {MARK!r}, found {len(marked)}")
+    lines = text.splitlines()
+    # "or_at": the first words of other lines as right as the marked one (tests/scenarios/test_zoo.py)
+    expect["or_at_lines"] = [
+        next(i for i, line in enumerate(lines, 1) if line.lstrip().startswith(start))
+        for start in expect.get("or_at", [])
+    ]
     return expect, f"{script.name}:{marked[0]}"
 
 
@@ -108,18 +114,24 @@ def check(expect: dict[str, Any], where: str, report: dict[str, Any], want_cuda:
         problems.append(f"top finding is {top.get('category')!r}, expected {expect['bottleneck']!r}")
     if expect.get("kind") and top.get("kind") != expect["kind"]:
         problems.append(f"kind {top.get('kind')!r}, expected {expect['kind']!r}")
-    if top.get("where") != where:
-        problems.append(f"where {top.get('where')!r}, expected {where!r}")
+    also = [f"{where.rsplit(':', 1)[0]}:{n}" for n in expect.get("or_at_lines", [])]
+    if top.get("where") not in [where, *also]:
+        problems.append(f"where {top.get('where')!r}, expected {' or '.join([where, *also])!r}")
     if not (top.get("expected_speedup", 0) > 1.0 or expect["bottleneck"] == "compute"):
         problems.append(f"expected_speedup {top.get('expected_speedup')!r} is not > 1")
-    growth = report.get("steps", {}).get("growth", 0.0)
+    steps = report.get("steps", {})
+    growth = max(steps.get("growth") or 0.0, steps.get("cpu_growth") or 0.0)
     if expect.get("growth"):
         if growth < GROWTH:
             problems.append(f"step-time growth {growth:.2f} < {GROWTH}")
         if "grew" not in (top.get("evidence") or ""):
             problems.append("the evidence does not say the step time grew")
-    elif growth >= GROWTH:
-        problems.append(f"step-time growth {growth:.2f} >= {GROWTH} where none is expected")
+    else:
+        # What the report claims, as the CPU zoo test checks it: a raw quarter ratio past 1.3 on
+        # a short run is noise the report itself weighs (diagnose/growth.py), not a claim.
+        claims = [f.get("where") for f in findings if "grew" in (f.get("evidence") or "")]
+        if claims:
+            problems.append(f"a finding claims growth ({', '.join(map(str, claims))}) where none is expected")
     return problems
 
 

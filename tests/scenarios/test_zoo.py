@@ -1,7 +1,8 @@
 """The bottleneck zoo: each scenario script is diagnosed by `trainmedic run`, `where` included.
 
 Every script declares what it reproduces (``EXPECT``) and marks the line the diagnosis must
-point at with ``# expect-where``. They run unmodified, in a child process, as a user would (one
+point at with ``# expect-where`` (``EXPECT["or_at"]`` names the first words of other lines that are
+as right, where which line is heaviest differs between CPUs). They run unmodified, in a child process, as a user would (one
 forked from a warm interpreter: tests/warm_kit.py).
 """
 
@@ -75,7 +76,9 @@ def test_cpu_scenario_is_diagnosed_at_the_right_line(script, tmp_path):
     assert top["category"] == expect["bottleneck"], report["findings"]
     if expect.get("kind"):
         assert top["kind"] == expect["kind"], report["findings"]
-    assert top["where"] == where, report["lines"]
+    # "or_at": lines as right as the marked one, where which is heaviest differs between CPUs.
+    also = {f"{script.name}:{line_starting(script, text)}" for text in expect.get("or_at", [])}
+    assert top["where"] in {where} | also, report["lines"]
     assert top["expected_speedup"] > 1.0 or expect["bottleneck"] == "compute"
     for category, limit in expect.get("max_share", {}).items():
         assert report["breakdown"][category] <= limit, summary
