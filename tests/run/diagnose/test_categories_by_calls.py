@@ -275,6 +275,27 @@ def test_a_lever_that_leads_within_the_noise_between_runs_is_called_too_close():
     assert margin.close_call([model, loader], _split(0.13), mapping) is None
 
 
+def test_a_report_whose_two_levers_noise_could_swap_says_so_in_its_verdict(completed, measure):
+    # pytorch/examples' mnist_rnn on a CPU: its DataLoader read at 23-35 % between runs and the
+    # bottleneck field flipped between compute and data; the close call is part of the verdict.
+    lines = {
+        ("data", "loader", "main.py:96", "main.py:90:train"): 0.34 * STEPS,
+        ("compute", "backward", "main.py:104", "main.py:90:train"): 0.66 * STEPS,
+    }
+    close = diagnose(measure(lines, [1.0] * STEPS, per_step=_split(0.34, STEPS)), ["main.py"], completed)
+    assert close.close_call == [
+        close.bottleneck,
+        next(c for c in ("data", "compute") if c != close.bottleneck),
+    ]
+    assert any(n.startswith("Too close to call") for n in close.notes)
+    lines = {
+        ("data", "loader", "main.py:96", "main.py:90:train"): 0.05 * STEPS,
+        ("compute", "backward", "main.py:104", "main.py:90:train"): 0.95 * STEPS,
+    }
+    clear = diagnose(measure(lines, [1.0] * STEPS, per_step=_split(0.05, STEPS)), ["main.py"], completed)
+    assert (clear.bottleneck, clear.close_call) == ("compute", [])
+
+
 def test_a_tokenizing_comprehension_takes_its_helpers_category(completed, measure, tmp_path):
     # nanoGPT with get_batch re-encoding the raw text: `[stoi[c] for c in text]` runs in a
     # comprehension's own code object, which makes no torch call; get_batch's calls decide.

@@ -1,5 +1,6 @@
 """The terminal report, rendered at a fixed width without colour, checked as exact text."""
 
+import dataclasses
 import io
 import math
 from pathlib import Path
@@ -73,3 +74,12 @@ def test_a_suggested_call_gets_its_own_row_and_brackets_survive():
     assert "`x = f['x'][:]`, then `x[idx]` per step." in text  # not read as rich markup
     assert '    call      data.load("/data/rx.h5", fields=["x", "y"], batch_size=64)\n' in text
     assert text.index("    fix ") < text.index("    call ") < text.index("    buys ")
+
+
+def test_a_close_call_marks_both_levers_and_neither_as_the_bottleneck():
+    report = dataclasses.replace(seed_000_report(), close_call=["data", "compute"])
+    text = render(report)
+    marked = [line for line in text.splitlines() if "◀" in line]
+    assert [line.split()[0] for line in marked] == ["data", "compute"]
+    assert all(line.endswith("◀ too close to call") for line in marked)
+    assert "◀ bottleneck" not in text

@@ -166,6 +166,15 @@ def test_header_findings_and_lines():
     assert 'id="breakdown-chart"' in page and 'id="timeline-chart"' in page
 
 
+def test_a_close_call_heads_the_breakdown_with_both_levers():
+    report = dataclasses.replace(data_bound_report(), close_call=["data", "compute"])
+    page = render_html(report)
+    head = re.search(r'<p class="bottleneck">(.*?)</p>', page).group(1)
+    assert head.startswith("Bottleneck: too close to call")
+    assert ">data</strong>" in head and ">compute</strong>" in head
+    assert "Bottleneck: too close to call" not in render_html(data_bound_report())
+
+
 def test_a_finding_that_is_the_whole_step_states_no_ceiling():
     page = render_html(unbounded_report())
     assert "×8.0 (all of the step is this finding)" in page

@@ -45,3 +45,14 @@ def test_round_trip_ignores_keys_added_later(tmp_path):
     assert back.findings[0].where == "train.py:3"
     assert back.device.details["cpu_cores"] == 2
     assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
+
+
+def test_a_close_call_names_both_levers_and_survives_the_round_trip(tmp_path):
+    close = report(close_call=["data", "compute"])
+    data = json.loads(close.to_json())
+    assert (data["bottleneck"], data["close_call"]) == ("data", ["data", "compute"])
+    assert Report.from_dict(data).close_call == ["data", "compute"]
+    assert json.loads(report().to_json())["close_call"] == []  # a clear lead
+    older = json.loads(report().to_json())
+    del older["close_call"]  # a report written before the key existed
+    assert Report.from_dict(older).close_call == []

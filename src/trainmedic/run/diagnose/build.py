@@ -113,6 +113,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         steps=stats,
         breakdown=breakdown,
         bottleneck=bottleneck,
+        close_call=[f.category for f in findings[:2]] if close else [],
         findings=findings,
         timeline=timeline,
         lines=_lines(costs, total, n_steps),

@@ -385,6 +385,8 @@ def _move_wait_to_sync(report: Report, wait_s: float) -> None:
     sync = min(wait_s / step, busy)
     report.breakdown[SYNC], report.breakdown[COMPUTE] = sync, busy - sync
     report.bottleneck = max(CATEGORIES, key=lambda c: report.breakdown.get(c, 0.0))
+    if report.bottleneck not in report.close_call:  # the rank's close call was between other levers
+        report.close_call = []
 
 
 def _ranks_note(rows: list[RankSummary], world_size: int, base_rank: int | None, straggling: bool) -> str:

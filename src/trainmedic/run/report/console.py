@@ -132,7 +132,10 @@ def _breakdown(report: Report) -> Table:
         share = report.breakdown.get(category, 0.0)
         filled = int(round(share * _BAR_WIDTH))
         bar = Text("█" * filled + "·" * (_BAR_WIDTH - filled), style=STYLES[category])
-        mark = Text("◀ bottleneck", style="bold") if category == report.bottleneck else Text("")
+        if category in report.close_call:  # noise could swap the two: neither is named alone
+            mark = Text("◀ too close to call", style="bold")
+        else:
+            mark = Text("◀ bottleneck", style="bold") if category == report.bottleneck else Text("")
         table.add_row(category, bar, f"{share:.1%}", mark)
     return table
 

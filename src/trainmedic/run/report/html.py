@@ -193,7 +193,17 @@ def _breakdown(r: Report) -> str:
             f"<section><h2>Where the run's time went</h2>{head}{svg}"
             f'<ul class="legend" id="breakdown-legend">{legend}</ul></section>'
         )
-    if b and total > 0:
+    if r.close_call and total > 0:
+        pair = " or ".join(
+            f'<strong style="color:{_readable(COLORS.get(c, "#1f2933"))}">{esc(c)}</strong> '
+            f"{_pct(shares.get(c, r.breakdown.get(c, 0.0)))}"
+            for c in r.close_call
+        )
+        head = (
+            f'<p class="bottleneck">Bottleneck: too close to call — {pair} of steady-state step time'
+            '<span class="desc">noise could swap the two: see the notes</span></p>'
+        )
+    elif b and total > 0:
         share = shares.get(b, r.breakdown.get(b, 0.0))
         ink = _readable(COLORS.get(b, "#1f2933"))
         head = (

@@ -158,6 +158,9 @@ class Report(JsonDocument):
     ranks: list[RankSummary] = field(default_factory=list)
     straggler: Straggler | None = None
     evidence: str = "steps"
+    #: The first two findings' categories when noise could swap them (diagnose/margin.py): the
+    #: report calls the lead too close to call, and ``bottleneck`` is only the first of the two.
+    close_call: list[str] = field(default_factory=list)
 
     @property
     def per_step(self) -> bool:
@@ -176,6 +179,7 @@ class Report(JsonDocument):
             "steps": _finite(asdict(self.steps)),
             "breakdown": {c: round(_finite_float(self.breakdown.get(c, 0.0)), 6) for c in CATEGORIES},
             "bottleneck": self.bottleneck,
+            "close_call": list(self.close_call),
             "evidence": self.evidence,
             "findings": [_finite(asdict(f)) for f in self.findings],
             "wall_s": _finite_float(self.wall_s),
@@ -211,6 +215,7 @@ class Report(JsonDocument):
             ranks=[_known(RankSummary, r) for r in data.get("ranks", [])],
             straggler=_known(Straggler, data["straggler"]) if data.get("straggler") else None,
             evidence=data.get("evidence", "steps"),
+            close_call=list(data.get("close_call") or []),
         )
 
 
