@@ -181,10 +181,14 @@ def evict_pages(path: Path) -> None:
             os.close(fd)
 
 
-def write_result(result: dict[str, Any], path: Path) -> None:
-    """Write a benchmark's result JSON to ``path`` and say where."""
+def write_result(result: dict[str, Any], path: Path, say: bool = True) -> None:
+    """Write a benchmark's result JSON to ``path`` whole (a harness killed mid-write keeps the
+    previous file) and, with ``say``, say where."""
     import json
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"written: {os.path.relpath(path, REPO)}")
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    os.replace(part, path)
+    if say:
+        print(f"written: {os.path.relpath(path, REPO)}")
