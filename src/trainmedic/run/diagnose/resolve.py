@@ -173,6 +173,8 @@ def _measured_loops(
         by_line = own.get(function, {})
         working = _working_lines(by_line, census, steps)
         per_step = calls - sum(census.by_line[w].calls for w in working) / census.steps
+        if per_step < min_ops:  # without the lines outside it, too few calls to be a loop
+            continue
         outside = sum(by_line[w] for w in working)
         spent = max(sum(by_line.values()) - outside - timed.get(function, 0.0), 0.0) / steps
         floor = tally.floor_s / tally.calls
