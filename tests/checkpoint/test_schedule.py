@@ -70,6 +70,15 @@ def test_every_seconds_counts_from_the_last_write():
     assert schedule.due(3, schedule.last_write + 60.0) == "every"
 
 
+def test_every_seconds_is_due_at_the_interval_whatever_the_clock_reads():
+    # CI's monotonic clock read 2007.351149968 at the write: (t + 60.0) - t is 59.99999999999977
+    # there, and a save due at t + 60 s was skipped. The test above hit it by chance.
+    schedule = Schedule(every_steps=None, every_seconds=60.0, deadline_at=None)
+    schedule.wrote(1, 0.01, "first")
+    schedule.last_write = 2007.351149968
+    assert schedule.due(2, schedule.last_write + 60.0) == "every"
+
+
 def test_deadline_save_leaves_room_for_one_step_and_the_measured_save():
     schedule = Schedule(every_steps=None, every_seconds=None, deadline_at=None)
     schedule.wrote(1, 4.0, "first")  # a save takes 4 s

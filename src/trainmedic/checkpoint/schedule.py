@@ -120,7 +120,9 @@ class Schedule:
             and step - self.last_step >= self.every_steps
         ):
             return "every"
-        if self.every_seconds is not None and now - self.last_write >= self.every_seconds:
+        # Due at the write's time plus the interval, compared as that sum: ``now - last_write``
+        # rounds (2007.35 s of uptime + 60.0 - 2007.35 came out under 60 in CI).
+        if self.every_seconds is not None and now >= self.last_write + self.every_seconds:
             return "every"
         return None
 
