@@ -158,9 +158,21 @@ def test_a_nested_loop_holding_nearly_every_sample_is_chosen_once_that_is_clear(
 
 def test_a_share_within_noise_of_the_line_is_decided_by_its_estimate_at_the_long_window(module, tmp_path):
     finder, chosen = finder_for(tmp_path, window=30, share=0.8, long_window=60), []
-    module.nested([i % 6 != 0 for i in range(60)], lambda frame: chosen.append(finder.observe(frame)))
+    # (the first sample inside: a loop is judged on the samples since it was first seen)
+    module.nested([i % 6 != 4 for i in range(60)], lambda frame: chosen.append(finder.observe(frame)))
     assert chosen[:59] == [None] * 59  # 83 % of the samples: too close to 80 % to call early
     assert chosen[59].where == f"gen.py:{line_of(module, 'for part in range(1):')}"
+
+
+def test_a_loop_is_judged_on_the_samples_since_it_began_not_on_the_set_up_before(module, tmp_path):
+    # A generation job on a fast VM: 55 samples of imports, then its loop held every sample for
+    # 30 more and the run ended. Over the whole window the loop was under 80 % and never chosen.
+    finder, chosen = finder_for(tmp_path, window=30, share=0.8), []
+    for _ in range(55):
+        chosen.append(finder.observe(None))  # set-up: no frame of the user's inside a loop
+    module.generate(15, lambda frame: chosen.append(finder.observe(frame)))
+    assert chosen[:84] == [None] * 84  # not before the loop's own 30 samples
+    assert chosen[84].where == f"gen.py:{line_of(module, 'for i in range(n):  # the per-sample loop')}"
 
 
 def test_share_bounds_hold_the_estimate_and_narrow_with_more_samples():
