@@ -71,8 +71,9 @@ def test_every_seconds_counts_from_the_last_write():
 
 
 def test_every_seconds_is_due_at_the_interval_whatever_the_clock_reads():
-    # CI's monotonic clock read 2007.351149968 at the write: (t + 60.0) - t is 59.99999999999977
-    # there, and a save due at t + 60 s was skipped. The test above hit it by chance.
+    # A fresh-clone test run's monotonic clock read 2007.351149968 at the write: (t + 60.0) - t
+    # is 59.99999999999977 there, and a save due at t + 60 s was skipped. The test above hit it
+    # by chance.
     schedule = Schedule(every_steps=None, every_seconds=60.0, deadline_at=None)
     schedule.wrote(1, 0.01, "first")
     schedule.last_write = 2007.351149968

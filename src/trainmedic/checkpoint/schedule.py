@@ -121,7 +121,7 @@ class Schedule:
         ):
             return "every"
         # Due at the write's time plus the interval, compared as that sum: ``now - last_write``
-        # rounds (2007.35 s of uptime + 60.0 - 2007.35 came out under 60 in CI).
+        # rounds (2007.35 s of uptime + 60.0 - 2007.35 came out under 60 in a fresh-clone test run).
         if self.every_seconds is not None and now >= self.last_write + self.every_seconds:
             return "every"
         return None
