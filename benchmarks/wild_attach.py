@@ -84,6 +84,7 @@ def attach_verdict(script, tree: Path, args: list[str], wait_s: float, duration_
     steps = report.get("steps") or {}
     return {
         "bottleneck": report.get("bottleneck"),
+        "close_call": report.get("close_call") or [],
         "evidence": report.get("evidence"),
         "outcome": report.get("outcome"),
         "top": {
@@ -93,6 +94,7 @@ def attach_verdict(script, tree: Path, args: list[str], wait_s: float, duration_
             {
                 **{k: f.get(k) for k in ("category", "kind", "share")},
                 "where": wild.normalise(f.get("where"), tree, tree / script.cwd),
+                "at": wild.normalise(f.get("where"), tree, tree / script.cwd),  # as wild.judge reads it
             }
             for f in findings[:4]
         ],
