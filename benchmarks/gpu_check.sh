@@ -3,8 +3,9 @@
 # the wild corpus's CUDA cases (benchmarks/wild.py --device cuda, from trees exported beforehand
 # with `python benchmarks/wild.py --device cuda --export-trees benchmarks/wild/trees`), one case
 # per wild.py call so that a case cut short loses only itself, then the zoo scenarios
-# (benchmarks/gpu_zoo.py) in the time left. The whole check keeps to TOTAL_S seconds: a part that
-# cannot finish in what is left is not started, and every part writes what it finished.
+# (benchmarks/gpu_zoo.py) in the time left. The whole check keeps to TOTAL_S seconds: a wild case
+# starts only with 50 s or more to spare (cut at the limit, it keeps what it measured), the zoo
+# starts no scenario it could not finish, and every part writes what it finished.
 #
 #   OUT=/tmp/gpu bash benchmarks/gpu_check.sh
 #   OUT=/tmp/gpu WILD_CASES="nanogpt:as-is mnist" ZOO_ONLY="sync transfer" bash benchmarks/gpu_check.sh

@@ -441,7 +441,9 @@ def judge(run: dict[str, Any], categories: list[str], accepted: list[dict[str, A
     if category not in categories and cat_ok and run.get("close_call"):
         # the close call's other lever is the truth: its finding's line is the one to judge
         other = next((f for f in run["findings"][:2] if f["category"] in categories), None)
-        where, category = (other["at"], other["category"]) if other else (where, category)
+        where, category = (
+            (other.get("at") or other.get("where"), other["category"]) if other else (where, category)
+        )
     if category == "compute" and "compute" in categories and not where:
         line = True
     else:

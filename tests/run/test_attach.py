@@ -281,3 +281,29 @@ def test_a_job_read_from_outside_ends_with_the_same_result_as_one_left_alone(job
     assert watched.wait_for("result", STOP_TIMEOUT_S) == expected
     assert expected.startswith(f"result steps={FIXED_STEPS} loss=")
     assert alone.proc.wait(timeout=STOP_TIMEOUT_S) == watched.proc.wait(timeout=STOP_TIMEOUT_S) == 0
+
+
+def test_a_withheld_verdict_calls_no_two_levers_too_close():
+    # From outside, the user's own code at 45 % against the DataLoader's 50 %: no bottleneck is
+    # named, so the report does not also say which two are too close to call.
+    from trainmedic.categories import CATEGORIES
+    from trainmedic.run.diagnose.resolve import OWN_CODE
+    from trainmedic.run.report.model import DeviceInfo, Finding, Report, StepStats
+
+    report = Report(
+        command=["job.py"],
+        exit_code=0,
+        outcome="attached",
+        device=DeviceInfo("cpu", "EPYC"),
+        steps=StepStats(30, 0.05, 0.06, 1.0, 3, "optimizer"),
+        breakdown={c: {"data": 0.5, "host_other": 0.45}.get(c, 0.0) for c in CATEGORIES},
+        bottleneck="data",
+        close_call=["data", "host_other"],
+        findings=[
+            Finding("data", 0.5, "t", "e", "job.py:9", "f", 1.5, 2.0, "loader"),
+            Finding("host_other", 0.45, "t", "e", "job.py:12", "f", 1.4, 1.8, OWN_CODE),
+        ],
+    )
+    withheld = attach_mod._withhold_unseen(report, samples=200)
+    assert (withheld.bottleneck, withheld.close_call) == (None, [])
+    assert withheld.notes[0].startswith("No bottleneck is named")

@@ -223,6 +223,7 @@ def _withhold_unseen(report: Report, samples: int) -> Report:
     ):
         return report
     report.bottleneck = None
+    report.close_call = []  # no lever is named, so no two are said to be too close
     where = own.where or "an unknown line"
     if known is None or own.share >= known.share:
         why = f"the largest share, {own.share:.0%}, is your own code at {where}"

@@ -179,6 +179,38 @@ def test_a_pools_concatenation_beside_its_per_row_draw_in_one_function_is_not_th
     assert "1,024 torch calls per step at 4.9 µs each" in loop.evidence
 
 
+def test_the_loops_own_numbers_leave_out_the_work_of_the_lines_outside_it(completed, measure):
+    # The pool's cat priced at 1 ms of work a call: over the whole function its work outweighs
+    # the starts, and the per-row loop beside it must still read as a loop, with its own numbers.
+    fn = "pool.py:36:draw"
+    lines = {
+        (BEFORE_MODEL, "", "pool.py:37", fn): 0.040 * STEPS,
+        (BEFORE_MODEL, "", "pool.py:39", fn): 0.005 * STEPS,
+        ("compute", "backward", "pool.py:62", "pool.py:1:<module>"): 0.010 * STEPS,
+    }
+    cat, rows = tally(2, work_per_call=5e-3), tally(2 * 1024)
+    whole = CallTally(cat.calls + rows.calls, 0, cat.work_s + rows.work_s, cat.floor_s + rows.floor_s, 0.0)
+    c = census({fn: whole}, {"pool.py:37": cat, "pool.py:39": rows})
+    report = diagnose(with_census(measure(lines, [0.055] * STEPS), c), ["pool.py"], completed)
+    loop = next(f for f in report.findings if f.category == "tiny_ops")
+    assert loop.where == "pool.py:39"
+    assert "each call's own work is 0.01 µs" in loop.evidence
+
+
+def test_a_per_sample_loops_lines_are_all_the_loops_when_each_step_is_one_sample(completed, measure):
+    # Steps that are one sample each (no step of the script's own): every line of the sample's
+    # function makes a call or two a step, one of them slow; none of them is outside the loop.
+    fn = "gen.py:3:make_sample"
+    lines = {(BEFORE_MODEL, "", f"gen.py:{4 + i}", fn): 0.000006 * STEPS for i in range(11)}
+    lines[(BEFORE_MODEL, "", "gen.py:20", fn)] = 0.00008 * STEPS  # one slower call a sample
+    by_line = {f"gen.py:{4 + i}": tally(2) for i in range(11)} | {"gen.py:20": tally(2)}
+    c = census({fn: tally(24)}, by_line)
+    m = with_census(measure(lines, [0.000146] * STEPS), c)
+    m.step_source = "loop"
+    report = diagnose(m, ["gen.py"], completed)
+    assert {ln.category for ln in report.lines if ln.where.startswith("gen.py")} == {"tiny_ops"}
+
+
 def test_findings_are_ordered_by_what_their_fix_buys(completed, measure):
     # A re-read np.load at 45 % buys more than "healthy" compute at 54 %.
     lines = {

@@ -193,3 +193,31 @@ def test_untimed_waits_on_cuda_give_no_straggler_verdict_but_say_so():
     assert merged.straggler is None
     assert merged.findings[0].title == "own finding"
     assert any(n.startswith("not timed: DDP gradient all-reduce on CUDA") for n in merged.notes)
+
+
+def test_a_ranks_close_call_is_kept_only_while_its_lever_leads_the_merged_report():
+    close = "Too close to call between compute (50% of the step, buys ×1.50) and data (45%, buys ×1.45)"
+
+    def rank_report(step, shares, lines=()):
+        r = _report(step, shares, lines)
+        r.close_call, r.notes = ["compute", "data"], [close]
+        return r
+
+    # Ranks that wait alike: the merged report is rank 0's, its close call with it.
+    even = merge(
+        {
+            0: _part(0, rank_report(0.050, {"compute": 0.55, "data": 0.45}), 0.001),
+            1: _part(1, rank_report(0.050, {"compute": 0.55, "data": 0.45}), 0.001),
+        },
+        2,
+        ["job.py"],
+    )
+    assert even.close_call == ["compute", "data"] and close in even.notes
+    # A straggler leads: the rank's pair is no longer the report's first two levers.
+    fast = rank_report(0.070, {"compute": 0.95, "data": 0.05})
+    slow = rank_report(
+        0.070, {"compute": 0.10, "data": 0.90}, [LineCost("job.py:12", "data", "hdf5", 0.063, 0.9)]
+    )
+    merged = merge({0: _part(0, fast, 0.060), 1: _part(1, slow, 0.001)}, 2, ["job.py"])
+    assert merged.findings[0].kind == "straggler"
+    assert merged.close_call == [] and close not in merged.notes

@@ -63,6 +63,13 @@ def nested(pattern, seen):
             seen(sys._getframe())
 
 
+def recursive(depth, seen):
+    for part in range(1):  # a part, at every depth
+        if depth:
+            return recursive(depth - 1, seen)
+        seen(sys._getframe())
+
+
 def counted(n, on_iteration):
     done = 0
     for i in range(n):  # counted
@@ -173,6 +180,14 @@ def test_a_loop_is_judged_on_the_samples_since_it_began_not_on_the_set_up_before
     module.generate(15, lambda frame: chosen.append(finder.observe(frame)))
     assert chosen[:84] == [None] * 84  # not before the loop's own 30 samples
     assert chosen[84].where == f"gen.py:{line_of(module, 'for i in range(n):  # the per-sample loop')}"
+
+
+def test_a_recursive_functions_loop_is_one_loop_of_the_sample(module, tmp_path):
+    # The same loop on the stack at five depths: one vote a sample, never more votes than samples.
+    finder, chosen = finder_for(tmp_path, window=30, share=0.8), []
+    for _ in range(40):
+        module.recursive(4, lambda frame: chosen.append(finder.observe(frame)))
+    assert chosen[29].where == f"gen.py:{line_of(module, 'for part in range(1):  # a part, at every depth')}"
 
 
 def test_share_bounds_hold_the_estimate_and_narrow_with_more_samples():

@@ -147,9 +147,17 @@ def merge(
                 "breakdowns instead"
             ),
         )
+    # The rank's close call holds only while its first lever still leads the merged report.
+    close_call = list(merged.close_call)
+    if close_call and (
+        not findings or findings[0].category != close_call[0] or merged.bottleneck != close_call[0]
+    ):
+        close_call = []
+        notes = [n for n in notes if not n.startswith("Too close to call")]
     return dataclasses.replace(
         merged,
         command=command,
+        close_call=close_call,
         findings=findings,
         ranks=rows,
         straggler=straggler,
@@ -385,8 +393,6 @@ def _move_wait_to_sync(report: Report, wait_s: float) -> None:
     sync = min(wait_s / step, busy)
     report.breakdown[SYNC], report.breakdown[COMPUTE] = sync, busy - sync
     report.bottleneck = max(CATEGORIES, key=lambda c: report.breakdown.get(c, 0.0))
-    if report.bottleneck not in report.close_call:  # the rank's close call was between other levers
-        report.close_call = []
 
 
 def _ranks_note(rows: list[RankSummary], world_size: int, base_rank: int | None, straggling: bool) -> str:

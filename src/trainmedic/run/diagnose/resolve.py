@@ -72,6 +72,9 @@ TINY_MAX_FLOORS_PER_CALL = 25.0
 #: one function there: on a 16-core Xeon the cat's 40 ms a step was averaged over 1,029 calls
 #: (46 us each, under 25 floors of 2.6 us) and read as a per-sample loop at the ``def`` line.
 OUTSIDE_LOOP_CALLS = 4
+#: ...and its function makes at least this many times as many calls (a loop inside the step; when
+#: each step is one sample, every line of the loop makes a few calls a step).
+OUTSIDE_LOOP_RATIO = 50
 PLAIN = (BEFORE_MODEL, AFTER_MODEL)
 _NESTED_CODES = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>", "<lambda>"})
 _READS = re.compile(r"(^|[^\w.])open\s*\(|\.read(lines|_text|_bytes)?\s*\(|\.readline\s*\(")
@@ -166,14 +169,16 @@ def _measured_loops(
             own[key[3]][key[2]] += weight
     timed = waits.seconds_by_function() if waits is not None else {}
     loops = {}
-    for function, tally in census.by_function.items():
-        calls = tally.calls / census.steps
-        if calls < min_ops or not tally.overhead_bound:
+    for function, whole in census.by_function.items():
+        calls = whole.calls / census.steps
+        if calls < min_ops:
             continue
         by_line = own.get(function, {})
-        working = _working_lines(by_line, census, steps)
-        per_step = calls - sum(census.by_line[w].calls for w in working) / census.steps
-        if per_step < min_ops:  # without the lines outside it, too few calls to be a loop
+        working = _working_lines(by_line, census, steps, calls)
+        # The loop is what is left without the lines outside it: its calls, their starts and work.
+        tally = _without(whole, [census.by_line[w] for w in working])
+        per_step = tally.calls / census.steps
+        if per_step < min_ops or not tally.overhead_bound:
             continue
         outside = sum(by_line[w] for w in working)
         spent = max(sum(by_line.values()) - outside - timed.get(function, 0.0), 0.0) / steps
@@ -185,17 +190,35 @@ def _measured_loops(
     return loops
 
 
-def _working_lines(by_line: dict[str | None, float], census: Census, steps: int) -> frozenset[str]:
-    """A function's lines outside its loop whose few calls each take far past the floor."""
+def _working_lines(
+    by_line: dict[str | None, float], census: Census, steps: int, function_calls: float
+) -> frozenset[str]:
+    """A function's lines outside its loop whose few calls each take far past the floor. Only
+    where the function makes many times more calls than such a line (a loop inside the step):
+    when each step is one sample, every line of the loop makes a few calls a step."""
     working = set()
     for where, seconds in by_line.items():
         line = census.by_line.get(where) if where is not None else None
-        if line is None or not line.calls or line.calls / census.steps > OUTSIDE_LOOP_CALLS:
+        if line is None or not line.calls:
             continue
-        per_call = seconds / steps / (line.calls / census.steps)
+        line_calls = line.calls / census.steps
+        if line_calls > OUTSIDE_LOOP_CALLS or line_calls * OUTSIDE_LOOP_RATIO > function_calls:
+            continue
+        per_call = seconds / steps / line_calls
         if per_call > TINY_MAX_FLOORS_PER_CALL * line.floor_s / line.calls:
             working.add(where)
     return frozenset(working)  # type: ignore[arg-type]
+
+
+def _without(whole: CallTally, parts: list[CallTally]) -> CallTally:
+    """``whole`` less ``parts``: a function's calls without those of some of its lines."""
+    return CallTally(
+        whole.calls - sum(p.calls for p in parts),
+        whole.grad_calls - sum(p.grad_calls for p in parts),
+        whole.work_s - sum(p.work_s for p in parts),
+        whole.floor_s - sum(p.floor_s for p in parts),
+        whole.grad_work_s - sum(p.grad_work_s for p in parts),
+    )
 
 
 def _own_time(key: LineKey, census: Census) -> bool:

@@ -162,7 +162,7 @@ class LoopFinder:
                             Loop(code, site.line, self.classifier.where(code.co_filename, site.first))
                         )
             frame = frame.f_back
-        return tuple(found)
+        return tuple(dict.fromkeys(found))  # a recursive function's loop counts once a sample
 
     def _sites_of(self, code: CodeType) -> list[_Site]:
         by_function = self._sites.get(code.co_filename)

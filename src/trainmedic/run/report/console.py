@@ -132,7 +132,7 @@ def _breakdown(report: Report) -> Table:
         share = report.breakdown.get(category, 0.0)
         filled = int(round(share * _BAR_WIDTH))
         bar = Text("█" * filled + "·" * (_BAR_WIDTH - filled), style=STYLES[category])
-        if category in report.close_call:  # noise could swap the two: neither is named alone
+        if report.bottleneck and category in report.close_call:  # noise could swap the two
             mark = Text("◀ too close to call", style="bold")
         else:
             mark = Text("◀ bottleneck", style="bold") if category == report.bottleneck else Text("")

@@ -193,7 +193,7 @@ def _breakdown(r: Report) -> str:
             f"<section><h2>Where the run's time went</h2>{head}{svg}"
             f'<ul class="legend" id="breakdown-legend">{legend}</ul></section>'
         )
-    if r.close_call and total > 0:
+    if r.close_call and b and total > 0:
         pair = " or ".join(
             f'<strong style="color:{_readable(COLORS.get(c, "#1f2933"))}">{esc(c)}</strong> '
             f"{_pct(shares.get(c, r.breakdown.get(c, 0.0)))}"
