@@ -198,9 +198,12 @@ def test_untimed_waits_on_cuda_give_no_straggler_verdict_but_say_so():
 def test_a_ranks_close_call_is_kept_only_while_its_lever_leads_the_merged_report():
     close = "Too close to call between compute (50% of the step, buys ×1.50) and data (45%, buys ×1.45)"
 
+    # launches.py's own close call, between two bounds of the model's time, is another matter.
+    bounds = "Too close to call between the kernels and their launches: busy 70 % of the model's time."
+
     def rank_report(step, shares, lines=()):
         r = _report(step, shares, lines)
-        r.close_call, r.notes = ["compute", "data"], [close]
+        r.close_call, r.notes = ["compute", "data"], [close, bounds]
         return r
 
     # Ranks that wait alike: the merged report is rank 0's, its close call with it.
@@ -221,3 +224,4 @@ def test_a_ranks_close_call_is_kept_only_while_its_lever_leads_the_merged_report
     merged = merge({0: _part(0, fast, 0.060), 1: _part(1, slow, 0.001)}, 2, ["job.py"])
     assert merged.findings[0].kind == "straggler"
     assert merged.close_call == [] and close not in merged.notes
+    assert bounds in merged.notes

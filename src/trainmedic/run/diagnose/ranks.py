@@ -22,7 +22,7 @@ from typing import Any
 
 from trainmedic._os import HOST, pid_alive
 from trainmedic.categories import CATEGORIES, COMPUTE, DATA, SYNC
-from trainmedic.run.diagnose import amdahl
+from trainmedic.run.diagnose import amdahl, margin
 from trainmedic.run.probe.session import Measurements
 from trainmedic.run.report.model import DeviceInfo, Finding, RankSummary, Report, StepStats, Straggler
 from trainmedic.units import format_seconds
@@ -153,7 +153,7 @@ def merge(
         not findings or findings[0].category != close_call[0] or merged.bottleneck != close_call[0]
     ):
         close_call = []
-        notes = [n for n in notes if not n.startswith("Too close to call")]
+        notes = [n for n in notes if not n.startswith(margin.note_start(merged.close_call[0]))]
     return dataclasses.replace(
         merged,
         command=command,
