@@ -186,9 +186,8 @@ def write_result(result: dict[str, Any], path: Path, say: bool = True) -> None:
     previous file) and, with ``say``, say where."""
     import json
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
-    part.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    os.replace(part, path)
+    from trainmedic._os import write_text_atomically
+
+    write_text_atomically(path, json.dumps(result, indent=2) + "\n")
     if say:
         print(f"written: {os.path.relpath(path, REPO)}")

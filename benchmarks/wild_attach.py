@@ -93,8 +93,8 @@ def attach_verdict(script, tree: Path, args: list[str], wait_s: float, duration_
         "findings": [
             {
                 **{k: f.get(k) for k in ("category", "kind", "share")},
-                "where": wild.normalise(f.get("where"), tree, tree / script.cwd),
-                "at": wild.normalise(f.get("where"), tree, tree / script.cwd),  # as wild.judge reads it
+                "where": (at := wild.normalise(f.get("where"), tree, tree / script.cwd)),
+                "at": at,  # as wild.judge reads it
             }
             for f in findings[:4]
         ],

@@ -176,7 +176,7 @@ def _measured_loops(
         by_line = own.get(function, {})
         working = _working_lines(by_line, census, steps, calls)
         # The loop is what is left without the lines outside it: its calls, their starts and work.
-        tally = _without(whole, [census.by_line[w] for w in working])
+        tally = whole.without([census.by_line[w] for w in working])
         per_step = tally.calls / census.steps
         if per_step < min_ops or not tally.overhead_bound:
             continue
@@ -208,17 +208,6 @@ def _working_lines(
         if per_call > TINY_MAX_FLOORS_PER_CALL * line.floor_s / line.calls:
             working.add(where)
     return frozenset(working)  # type: ignore[arg-type]
-
-
-def _without(whole: CallTally, parts: list[CallTally]) -> CallTally:
-    """``whole`` less ``parts``: a function's calls without those of some of its lines."""
-    return CallTally(
-        whole.calls - sum(p.calls for p in parts),
-        whole.grad_calls - sum(p.grad_calls for p in parts),
-        whole.work_s - sum(p.work_s for p in parts),
-        whole.floor_s - sum(p.floor_s for p in parts),
-        whole.grad_work_s - sum(p.grad_work_s for p in parts),
-    )
 
 
 def _own_time(key: LineKey, census: Census) -> bool:

@@ -66,6 +66,16 @@ class CallTally:
         if touches_grad:
             self.grad_work_s += work_s
 
+    def without(self, parts: list[CallTally]) -> CallTally:
+        """These calls less ``parts`` (some of its lines' calls)."""
+        return CallTally(
+            self.calls - sum(p.calls for p in parts),
+            self.grad_calls - sum(p.grad_calls for p in parts),
+            self.work_s - sum(p.work_s for p in parts),
+            self.floor_s - sum(p.floor_s for p in parts),
+            self.grad_work_s - sum(p.grad_work_s for p in parts),
+        )
+
     @property
     def overhead_bound(self) -> bool:
         """Getting the calls started costs more than the work they do: a tiny-op pattern."""

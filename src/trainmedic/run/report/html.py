@@ -145,6 +145,11 @@ def _header(r: Report, cmd: str) -> str:
     )
 
 
+def _named(category: str) -> str:
+    """A category's name in its own colour, darkened where the colour is too light to read."""
+    return f'<strong style="color:{_readable(COLORS.get(category, "#1f2933"))}">{esc(category)}</strong>'
+
+
 def _breakdown(r: Report) -> str:
     total = sum(max(r.breakdown.get(c, 0.0), 0.0) for c in CATEGORIES)
     scale = 1.0 / total if total > 1.0 else 1.0  # fractions summing to 1; tolerate seconds
@@ -195,9 +200,7 @@ def _breakdown(r: Report) -> str:
         )
     if r.close_call and b and total > 0:
         pair = " or ".join(
-            f'<strong style="color:{_readable(COLORS.get(c, "#1f2933"))}">{esc(c)}</strong> '
-            f"{_pct(shares.get(c, r.breakdown.get(c, 0.0)))}"
-            for c in r.close_call
+            f"{_named(c)} {_pct(shares.get(c, r.breakdown.get(c, 0.0)))}" for c in r.close_call
         )
         head = (
             f'<p class="bottleneck">Bottleneck: too close to call — {pair} of steady-state step time'
@@ -205,10 +208,8 @@ def _breakdown(r: Report) -> str:
         )
     elif b and total > 0:
         share = shares.get(b, r.breakdown.get(b, 0.0))
-        ink = _readable(COLORS.get(b, "#1f2933"))
         head = (
-            f'<p class="bottleneck">Bottleneck: <strong style="color:{ink}">'
-            f"{esc(b)}</strong> — {_pct(share)} of steady-state step time"
+            f'<p class="bottleneck">Bottleneck: {_named(b)} — {_pct(share)} of steady-state step time'
             f'<span class="desc">{esc(DESCRIPTIONS.get(b, ""))}</span></p>'
         )
     else:
