@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from warm_kit import run_python, run_trainmedic
@@ -52,33 +54,45 @@ for step, (x, y) in enumerate(DataLoader(Samples(), batch_size=32)):
     loss.backward()
     opt.step()
 dist.destroy_process_group()
-if os.environ["RANK"] == "1" and SLOW == "abort": import atexit; atexit.register(os.abort)  # crash while exiting
+if os.environ["RANK"] == "1" and os.environ.get("CRASH_AT_EXIT"): import atexit; atexit.register(os.abort)
 """
 
 
-def _job(tm, slow: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    tm.script("job.py", JOB)
-    result = _with_env(tm, {"SLOW": slow}, "run", "--nproc", "2", "--json", "report.json", *args, "job.py")
-    return result, tm.report()
+def _job(cwd: Path, slow: str, crash_at_exit: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
+    (cwd / "job.py").write_text(JOB.lstrip())
+    env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1", "SLOW": slow}
+    if crash_at_exit:
+        env["CRASH_AT_EXIT"] = "1"
+    result = run_trainmedic(
+        ["run", "--nproc", "2", "--json", "report.json", "job.py"], cwd=cwd, env=env, timeout=180
+    )
+    return result, json.loads((cwd / "report.json").read_text())
 
 
-def _with_env(tm, extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1", **extra}
-    return run_trainmedic(list(args), cwd=tm.cwd, env=env, timeout=180)
+@pytest.fixture(scope="module")
+def data_straggler(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """Rank 1 reads slower, and crashes while exiting after its script completed. The crash comes
+    after everything the straggler is measured from, so one job serves both tests."""
+    return _job(tmp_path_factory.mktemp("data-straggler"), "data", crash_at_exit=True)
+
+
+@pytest.fixture(scope="module")
+def compute_straggler(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    return _job(tmp_path_factory.mktemp("compute-straggler"), "compute")
 
 
 @pytest.mark.parametrize(("slow", "where"), [("data", "job.py:12"), ("compute", "job.py:23")])
-def test_a_planted_slow_rank_is_named_the_straggler_with_its_cause_and_line(tm, slow, where):
-    result, report = _job(tm, slow)
+def test_a_planted_slow_rank_is_named_the_straggler_with_its_cause_and_line(request, slow, where):
+    result, report = request.getfixturevalue(f"{slow}_straggler")
     assert result.returncode == 0, result.stderr[-3000:]
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
     fast, slow_rank = report["ranks"]
     assert fast["steps"] == slow_rank["steps"] > 0
     # The fast rank spends its extra time waiting for rank 1 in DDP's all-reduce.
     assert fast["wait_s"] > 5 * slow_rank["wait_s"]
-    straggler = report["straggler"]
-    assert straggler["rank"] == 1 and straggler["cause"] == slow and straggler["where"] == where
-    assert "DDP gradient all-reduce" in straggler["text"]
+    named = report["straggler"]
+    assert named["rank"] == 1 and named["cause"] == slow and named["where"] == where
+    assert "DDP gradient all-reduce" in named["text"]
     assert report["findings"][0]["kind"] == "straggler" and report["findings"][0]["where"] == where
     assert "rank 1 is the straggler" in result.stderr and "Ranks (per steady-state step)" in result.stderr
     # One report for the job: the ranks themselves stay quiet.
@@ -86,7 +100,7 @@ def test_a_planted_slow_rank_is_named_the_straggler_with_its_cause_and_line(tm, 
 
 
 def test_a_rank_that_raises_is_named_and_the_report_still_written(tm):
-    result, report = _job(tm, "raise")
+    result, report = _job(tm.cwd, "raise")
     assert result.returncode == 1
     assert report["outcome"] == "exception"
     # Rank 0 then fails on the closed connection; the cause named is rank 1's own error.
@@ -97,7 +111,7 @@ def test_a_rank_that_raises_is_named_and_the_report_still_written(tm):
 
 
 def test_a_rank_killed_by_a_signal_is_named_as_dead(tm):
-    result, report = _job(tm, "kill")
+    result, report = _job(tm.cwd, "kill")
     assert result.returncode != 0
     rows = {r["rank"]: r for r in report["ranks"]}
     assert rows[1]["outcome"] == "died" and "killed by a signal" in rows[1]["message"]
@@ -106,9 +120,9 @@ def test_a_rank_killed_by_a_signal_is_named_as_dead(tm):
     assert "wrote no report" in report["notes"][0]
 
 
-def test_a_rank_crashing_after_its_script_completed_keeps_the_measurements_and_says_so(tm):
+def test_a_rank_crashing_after_its_script_completed_keeps_the_measurements_and_says_so(data_straggler):
     # torch's gloo teardown aborts now and then at interpreter exit, after the work and the part.
-    result, report = _job(tm, "abort")
+    result, report = data_straggler
     assert result.returncode == 0, result.stderr[-3000:]
     assert report["outcome"] == "completed" and [r["outcome"] for r in report["ranks"]] == ["completed"] * 2
     assert report["ranks"][0]["steps"] == report["ranks"][1]["steps"] > 0

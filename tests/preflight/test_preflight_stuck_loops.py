@@ -81,7 +81,7 @@ def render(report, width: int = 100) -> str:
 def test_a_nanogpt_loop_stuck_in_the_model_names_the_training_loop_and_iteration_812_of_5000(project):
     train = project.write("train.py", NANO_TRAIN)
     model = project.write("model.py", NANO_MODEL)
-    report = project.run(commands=("python train.py --max_iters=5000",), budget="4s")
+    report = project.run(commands=("python train.py --max_iters=5000",), budget="2s")
     (result,) = report.experiments
     assert result.verdict == "stuck"
     where = result.where
@@ -119,7 +119,7 @@ def test_a_nanogpt_loop_stuck_in_the_model_names_the_training_loop_and_iteration
 def test_a_loop_over_a_config_files_count_reads_it_without_the_tracker_seeing_a_read(project):
     script = project.write("train.py", CONFIG_TRAIN)
     project.write("config.json", '{"train": {"max_iters": 5000, "lr": 0.1}}\n')
-    (result,) = project.run(commands=("python train.py",), budget="4s").experiments
+    (result,) = project.run(commands=("python train.py",), budget="2s").experiments
     where = result.where
     assert (where.loop_line, where.loop_path, where.loop_function) == (line_of(script, "for step in"), "", "")
     assert (where.frame.function, where.frame.line) == ("train", line_of(script, "never.wait()"))
@@ -154,7 +154,7 @@ def test_a_total_the_frame_cannot_read_is_taken_from_the_command_line(project):
                 threading.Event().wait()
         """,
     )
-    (result,) = project.run(commands=("python train.py --max-iters 5000",), budget="4s").experiments
+    (result,) = project.run(commands=("python train.py --max-iters 5000",), budget="2s").experiments
     progress = result.where.progress
     assert result.where.loop_line == line_of(script, "for it in")
     assert (progress.iteration, progress.total, progress.total_from) == (812, 5000, "--max-iters 5000")
@@ -179,7 +179,7 @@ def test_the_loop_with_the_most_iterations_is_the_stuck_one_not_the_phases_aroun
             train_phase(phase)
         """,
     )
-    (result,) = project.run(commands=("python train.py",), budget="4s").experiments
+    (result,) = project.run(commands=("python train.py",), budget="2s").experiments
     where = result.where
     assert (where.loop_line, where.progress.iteration, where.progress.total) == (
         line_of(script, "for it in"),
@@ -211,7 +211,7 @@ def test_a_loop_without_a_counter_says_how_far_is_not_known(project):
             threading.Event().wait()
         """,
     )
-    report = project.run(commands=("python train.py",), budget="4s")
+    report = project.run(commands=("python train.py",), budget="2s")
     (result,) = report.experiments
     where = result.where
     assert where.loop_line == line_of(script, "for batch in")

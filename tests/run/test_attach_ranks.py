@@ -41,6 +41,10 @@ while True:
         break
 print(f"done {rank} {step}", flush=True)
 dist.destroy_process_group()
+# torch 2.13's gloo teardown at interpreter exit aborts now and then ("terminate called without
+# an active exception": 9 runs in 33 with py-spy attached, 1 in 16 without, on a 2-vCPU VM) after
+# the work is done: end here, so the exit code says whether the job itself ran through.
+os._exit(0)
 """
 
 

@@ -433,8 +433,8 @@ def test_a_script_without_training_steps_or_in_time_fails(tmp_path):
     assert row.status == "failed" and "before trainmedic saw a steady-state training step" in row.reason
     slow = write(tmp_path, "slow.py", "import time\ntime.sleep(120)\n")
     started = time.monotonic()
-    row = measure_script(slow, [], Config(None), steps=4, trials=2, timeout_s=4)
-    assert row.status == "failed" and row.reason.startswith("no result within 4 s")
+    row = measure_script(slow, [], Config(None), steps=4, trials=2, timeout_s=2)
+    assert row.status == "failed" and row.reason.startswith("no result within 2 s")
     assert time.monotonic() - started < 30
 
 
