@@ -63,6 +63,31 @@ def test_module_forward_is_compute():
     assert (result.category, result.kind) == (COMPUTE, "forward")
 
 
+def test_clipping_that_walks_the_models_parameters_is_the_optimizers():
+    # clip_grad_norm_(model.parameters()) walks the model in torch.nn's Module methods: a sample
+    # there is the clipping's (the update), not a forward pass. The walk is caught where it
+    # reads each module's parameters.
+    classifier, captured = FrameClassifier(), []
+
+    class Walked(dict):
+        def items(self):
+            captured.append(classifier.classify(sys._getframe(1)))  # Module._named_members
+            return super().items()
+
+    net = torch.nn.Linear(2, 1)
+    net(torch.ones(1, 2)).sum().backward()
+    object.__setattr__(net, "_parameters", Walked(net._parameters))
+    where = _here(1)
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    assert captured, "the walk over the parameters was not caught"
+    assert {(c.category, c.kind) for c in captured} == {(COMPUTE, "optimizer")}
+    assert {c.where for c in captured} == {where}
+    # The same walk from the user's own code is the user's, settled by position.
+    captured.clear()
+    list(net.parameters())
+    assert {(c.category, c.kind) for c in captured} == {(None, "")}
+
+
 def test_dataset_getitem_under_dataloader_is_data():
     classifier, captured = FrameClassifier(), []
 

@@ -59,6 +59,12 @@ _LIBRARIES: tuple[tuple[str, str, str], ...] = (
     # trainmedic.data's host-to-device copies; on a CPU run that module only gathers (see below).
     ("trainmedic.data.transfer", TRANSFER, "copy"),
     ("torch.nn", COMPUTE, "forward"),
+    # Module's other methods (the walks over its parameters and submodules, attribute lookup,
+    # to(), zero_grad(), state_dict()) run for whoever calls them: clip_grad_norm_(model.parameters())
+    # is clipping, not a forward pass. Its call machinery says forward (_FUNCTIONS). Under load
+    # the sampler lands in these pure-Python walks more often: nanoGPT's clipping line read a
+    # third "forward" with the test suite's two workers on one core.
+    ("torch.nn.modules.module", GLUE, ""),
     # Gradient clipping is part of the update, not of the forward (nanoGPT clips every step).
     ("torch.nn.utils.clip_grad", COMPUTE, "optimizer"),
     ("torch.autograd", COMPUTE, "backward"),
@@ -136,6 +142,9 @@ _FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("torch.serialization", "load"): (DATA, "disk"),
     # Tensor.backward lives among torch._tensor's glue methods: it alone runs autograd's engine.
     ("torch._tensor", "backward"): (COMPUTE, "backward"),
+    # A module's call is its forward pass; torch.nn's Module runs it through these two.
+    ("torch.nn.modules.module", "_wrapped_call_impl"): (COMPUTE, "forward"),
+    ("torch.nn.modules.module", "_call_impl"): (COMPUTE, "forward"),
 }
 
 _LOADER_COPY = (TRANSFER, "copy")
