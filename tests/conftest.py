@@ -78,14 +78,27 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def _cpu_share(request, tmp_path_factory):
     """Under xdist every test holds a shared lock on one file and an ``alone`` test an exclusive
-    one: while a speed comparison runs, the other workers wait between their tests."""
+    one: while a speed comparison runs, the other workers wait between their tests.
+
+    flock grants a shared lock while an exclusive one waits, so with two other workers an ``alone``
+    test could wait until both happened to be between tests at once (22 s in one run). Every test
+    passes through a gate first, and an ``alone`` test holds the gate while it waits: it waits only
+    for the tests already running."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
     alone = request.node.get_closest_marker("alone") is not None
-    with open(tmp_path_factory.getbasetemp().parent / "cpu.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    folder = tmp_path_factory.getbasetemp().parent
+    with open(folder / "cpu.gate", "a") as gate, open(folder / "cpu.lock", "a") as handle:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
