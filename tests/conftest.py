@@ -51,22 +51,6 @@ def driver(tmp_path_factory):
         drv.quit()
 
 
-def pytest_xdist_auto_num_workers(config):
-    """One worker more than the CPUs this process may run on (``-n logical``, ``-n auto``).
-
-    Part of the suite's time is waiting, not computing (68 s of 492 s run serially on a 2-vCPU VM,
-    with no CPU busy): preflight's budgets running out on a stuck child, a signal's grace period,
-    torchrun's ranks meeting. With one worker a CPU, a waiting worker leaves its CPU idle; one more
-    keeps them busy (a 2-vCPU VM: 258 s with 3 workers, 281-312 s with 2). The CPUs are the ones
-    this process may use (``taskset``, a container's cpuset), not the machine's.
-    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides when set.
-    """
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None  # xdist's own hook reads it
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return usable + 1
-
-
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
@@ -80,8 +64,9 @@ def _cpu_share(request, tmp_path_factory):
     """Under xdist every test holds a shared lock on one file and an ``alone`` test an exclusive
     one: while a speed comparison runs, the other workers wait between their tests.
 
-    flock grants a shared lock while an exclusive one waits, so with two other workers an ``alone``
-    test could wait until both happened to be between tests at once (22 s in one run). Every test
+    flock grants a shared lock while an exclusive one waits, so on a machine with more workers an
+    ``alone`` test could wait until all the others happened to be between tests at once (22 s in
+    one run with three workers on a 2-vCPU VM). Every test
     passes through a gate first, and an ``alone`` test holds the gate while it waits: it waits only
     for the tests already running."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
