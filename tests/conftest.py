@@ -66,9 +66,8 @@ def _cpu_share(request, tmp_path_factory):
 
     flock grants a shared lock while an exclusive one waits, so on a machine with more workers an
     ``alone`` test could wait until all the others happened to be between tests at once (22 s in
-    one run with three workers on a 2-vCPU VM). Every test
-    passes through a gate first, and an ``alone`` test holds the gate while it waits: it waits only
-    for the tests already running."""
+    one run with three workers on a 2-vCPU VM). Every test passes through a gate first, and an
+    ``alone`` test holds the gate while it waits: it waits only for the tests already running."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return

@@ -71,7 +71,7 @@ def test_clipping_that_walks_the_models_parameters_is_the_optimizers():
 
     class Walked(dict):
         def items(self):
-            captured.append(classifier.classify(sys._getframe(1)))  # Module._named_members
+            captured.append(classifier.classify(sys._getframe(1)))  # the Module method reading it
             return super().items()
 
     net = torch.nn.Linear(2, 1)

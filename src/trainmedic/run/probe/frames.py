@@ -60,10 +60,10 @@ _LIBRARIES: tuple[tuple[str, str, str], ...] = (
     ("trainmedic.data.transfer", TRANSFER, "copy"),
     ("torch.nn", COMPUTE, "forward"),
     # Module's other methods (the walks over its parameters and submodules, attribute lookup,
-    # to(), zero_grad(), state_dict()) run for whoever calls them: clip_grad_norm_(model.parameters())
-    # is clipping, not a forward pass. Its call machinery says forward (_FUNCTIONS). Under load
-    # the sampler lands in these pure-Python walks more often: nanoGPT's clipping line read a
-    # third "forward" with the test suite's two workers on one core.
+    # to(), zero_grad(), state_dict()) run for whoever calls them: clipping that walks
+    # model.parameters() is the update, not a forward pass. Its call machinery says forward
+    # (_FUNCTIONS). Under load the sampler lands in these pure-Python walks more often: nanoGPT's
+    # clipping line read a third "forward" with the test suite's two workers on one core.
     ("torch.nn.modules.module", GLUE, ""),
     # Gradient clipping is part of the update, not of the forward (nanoGPT clips every step).
     ("torch.nn.utils.clip_grad", COMPUTE, "optimizer"),
