@@ -1,9 +1,6 @@
 """The public API: one sorted __all__, every name importable, nothing private leaking."""
 
-import importlib
 import sys
-
-import pytest
 
 import trainmedic
 
@@ -29,7 +26,6 @@ def test_plan_api_is_one_sorted_all():
 
 def test_checkpoint_api_is_one_sorted_all_and_imports_no_torch():
     import subprocess
-    import sys
 
     import trainmedic.checkpoint as checkpoint
 
@@ -47,7 +43,6 @@ def test_checkpoint_api_is_one_sorted_all_and_imports_no_torch():
 
 def test_importing_trainmedic_leaves_the_global_random_stream_alone():
     import subprocess
-    import sys
 
     # rich draws a seed from `random` when imported; a script seeded before `from trainmedic import
     # checkpoint` must draw what it would draw without trainmedic, or a resume cannot be exact.
@@ -68,22 +63,3 @@ def test_batch_api_is_one_sorted_all():
 
     assert batch.__all__ == sorted(batch.__all__)
     assert all(hasattr(batch, name) for name in batch.__all__)
-
-
-def test_old_guard_imports_still_work_and_name_the_new_home():
-    import trainmedic.checkpoint
-    import trainmedic.lint
-    import trainmedic.preflight
-
-    with pytest.warns(DeprecationWarning, match=r"trainmedic\.checkpoint\.Checkpointer"):
-        from trainmedic.guard import Checkpointer
-    assert Checkpointer is trainmedic.checkpoint.Checkpointer
-    for name in ("lint", "preflight"):
-        sys.modules.pop(f"trainmedic.guard.{name}", None)
-        with pytest.warns(
-            DeprecationWarning, match=rf"trainmedic\.guard\.{name} moved to trainmedic\.{name}"
-        ):
-            old = importlib.import_module(f"trainmedic.guard.{name}")
-        new = importlib.import_module(f"trainmedic.{name}")
-        assert old.__all__ == new.__all__
-        assert all(getattr(old, n) is getattr(new, n) for n in new.__all__)

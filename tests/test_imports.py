@@ -33,7 +33,7 @@ FLOORS: list[set[str]] = [
     {"checkpoint", "data", "lint", "plan", "roofline"},
     {"batch", "preflight", "run"},
     {"trainmedic", "tune"},  # "trainmedic": the top-level API of trainmedic/__init__.py
-    {"demo", "guard"},
+    {"demo"},
     {"cli"},
     {"__main__"},
 ]
