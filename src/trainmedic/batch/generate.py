@@ -1,6 +1,6 @@
 """A whole generation job: batched calls, progress, a clean stop, resumable shards.
 
-Seed 001's rewrite needed all of it by hand: 256 samples per GPU call and one copy back,
+A hand-written batched generator needs all of it: 256 samples per GPU call and one copy back,
 cancellation checked between batches, progress every second, incremental saves. ``generate``
 does that for any per-sample function::
 
@@ -443,7 +443,7 @@ def _rows_in(store: ShardStore, index: int) -> int:
 def _catch_stop_signals():
     from trainmedic.checkpoint.schedule import SignalCatcher
 
-    # SIGINT as well as SIGTERM: Ctrl+C at a terminal is how seed 001's users would cancel. A
+    # SIGINT as well as SIGTERM: Ctrl+C at a terminal is how a user cancels. A
     # second signal a second or more after the first acts at once, as it would without trainmedic;
     # the watchdog does the same if a shard takes ten minutes after the first.
     catcher = SignalCatcher(("SIGINT", "SIGTERM"), grace=lambda: 600.0, repeat_window=1.0)

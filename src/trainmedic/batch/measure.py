@@ -9,7 +9,7 @@ and measure the same thing:
 
 * CPU: :class:`LiveBytes` counts the bytes of every storage the call's ops create while they
   live, the quantity the trace replayed (exact bytes; no allocator rounds on the host). Peaks
-  of seed 001's generator agree with the trace's to the byte (87.8 KiB a sample at 128 IQ samples).
+  of an IQ-sample generator agree with the trace's to the byte (87.8 KiB a sample at 128 IQ samples).
 * CUDA: the caching allocator's own peak (``max_memory_allocated`` after
   ``reset_peak_memory_stats``), which includes its rounding and the kernels' workspaces that a
   trace had to model. This resets the process's peak statistics once, before the job.

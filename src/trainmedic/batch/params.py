@@ -1,6 +1,6 @@
 """The per-sample parameters of a generation job: columns of one row per sample, checked once.
 
-Seed 001 kept them as a list of dicts (``batch_params: list[dict]``); a dict of arrays is the
+Generators often keep them as a list of dicts (``batch_params: list[dict]``); a dict of arrays is the
 shape a batched call wants. Both are accepted and turned into columns; whatever is ragged,
 of mixed lengths or a single value is named before any work starts.
 """

@@ -3,8 +3,8 @@
 The memory per sample is measured, not guessed: the batched function runs for real on 8 and
 on 64 samples (``batch/measure.py``: live storage bytes on the CPU, the caching allocator's peak
 on a GPU), and the difference of the two peaks is the cost of one more sample; what the
-64-sample call needs beyond 64 of those is a fixed cost. Seed 001 sized its batches from a
-hand-made table (256 samples: 391 MB); this measures the same thing per function. The
+64-sample call needs beyond 64 of those is a fixed cost. A hand-made table of sizes
+(256 samples: 391 MB) is the usual way; this measures the same thing per function. The
 arithmetic from measured peaks to a batch size is :func:`choose_batch_size`, a pure function.
 
 What is free: on CUDA the driver's free memory plus what this process's caching allocator holds
@@ -13,7 +13,7 @@ unused; on the CPU the available RAM, cgroup limits included (the same reading
 process, the page cache, the shards in flight to the disk and, on a GPU, fragmentation.
 
 On the CPU "fits in RAM" is the wrong goal: a call whose temporaries leave the caches runs at
-the speed of page faults and DRAM. Seed 001's generator at 1024 IQ samples took 274 µs a sample
+the speed of page faults and DRAM. An IQ-sample generator at 1024 IQ samples took 274 µs a sample
 in calls of 256 and 2,162 µs in calls of 2,048 on the 2-core dev VM, and at every IQ length
 (64-1024) the fastest call's working set was 23-46 MiB beside its 32 MiB L3
 (benchmarks/batch_generate.py). So a CPU call is kept to 1.5x the last-level cache. A GPU wants

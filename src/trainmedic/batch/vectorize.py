@@ -1,7 +1,7 @@
 """A per-sample function turned into one call over a whole batch.
 
-Seed 001 made 70,000 single-sample GPU calls for 10k samples; one call per 256 samples was the
-fix. ``vectorize(fn)`` writes that batched call for the user: ``torch.func.vmap`` runs ``fn``'s
+10k samples generated one at a time are 70,000 single-sample GPU calls; one call per 256 samples
+is the fix. ``vectorize(fn)`` writes that batched call for the user: ``torch.func.vmap`` runs ``fn``'s
 own code once on ``[batch, ...]`` tensors. Code vmap cannot batch (a Python ``if`` on a tensor,
 ``.item()``, NumPy, boolean-mask indexing) runs sample by sample instead, and the warning says
 why and at which line of the user's code, so the fix is one edit away.

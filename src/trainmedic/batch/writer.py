@@ -8,7 +8,7 @@ default): generation runs at most that far ahead, which bounds the host memory i
 A failed write (a full disk) stops the writing: later shards are dropped, not written out of
 order, and the error is raised in the caller's thread at its next hand-off or at ``close()``.
 A stop signal is the caller's business: it hands over the shard in progress, then ``close()``
-waits for every shard handed over to be on disk (the clean stop seed 001 asked for).
+waits for every shard handed over to be on disk (a clean stop).
 """
 
 from __future__ import annotations

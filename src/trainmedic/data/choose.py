@@ -1,7 +1,7 @@
-"""Which tier serves a source: seed 000's rule, with the numbers behind the choice.
+"""Which tier serves a source: the rule of thumb, with the numbers behind the choice.
 
-Seed 000's rule of thumb was "if the dataset is under 50 % of available RAM, cache it"; seed 003
-put its table in VRAM when the card had room beside the model. Auto follows both, fastest first:
+The rule of thumb is "if the dataset is under 50 % of available RAM, cache it", and a table
+goes to VRAM when the card has room beside the model. Auto follows both, fastest first:
 
 1. ``vram`` when the device is CUDA and the data fits the free VRAM minus the headroom the model
    needs (``vram_headroom``: bytes, a fraction of the card, or a ``trainmedic.plan`` Plan of the

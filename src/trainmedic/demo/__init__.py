@@ -1,6 +1,6 @@
 """The embedded demo: a small SQLite dataset and a training script that starves on it.
 
-The script reproduces seed 003 (one database round trip per batch kept a GPU at 8-30 %);
+The script makes one database round trip per batch (on a GPU such a loop keeps it 8-30 % busy);
 with ``--trainmedic-data`` it runs the same loop on ``trainmedic.data.load`` (one read of the
 table, then batches gathered from RAM), the call the diagnosis recommends.
 """

@@ -1,4 +1,4 @@
-"""A small classifier trained from an SQLite table, the way seed 003 did it: one query per batch.
+"""A small classifier trained from an SQLite table, one query per batch.
 
 Run it with --trainmedic-data for the fix: the same loop on batches that trainmedic.data serves
 from RAM after one read of the table (--preload does the same by hand: one query, then batches

@@ -120,7 +120,7 @@ def _next_candidate(
     if over is not None and bending and not narrow and not solution.confirmed:
         # Two fits landed on the fitting side, the last one right under the limit the fit puts
         # just past it: trace the next batch, which ends the search when it does not fit
-        # (seed 004 on a T4: 89 and 90 fitted, and the middle of 90..354 cost one trace more).
+        # (a pairwise cost on a T4: 89 and 90 fitted, and the middle of 90..354 cost one trace more).
         fitted = _solve_fit(solution, best, over, limit, need)
         if fitted <= best + 1:
             solution.confirmed = True
@@ -145,7 +145,7 @@ def _solve_fit(
     """The largest batch a fitted memory model puts under the limit.
 
     A quadratic through the three traces nearest the limit: activations grow linearly with the
-    batch, but a pairwise cost over the batch (seed 004's Sinkhorn) grows with its square.
+    batch, but a pairwise cost over the batch (a Sinkhorn transport cost) grows with its square.
     """
     anchor = best if over is None else (best + over) / 2
     nearest = sorted(solution.plans, key=lambda b: abs(b - anchor))[:3]

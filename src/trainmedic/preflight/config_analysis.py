@@ -4,7 +4,7 @@ Runs in the parent (``trainmedic preflight``), never inside the user's process.
 
 - ``missed_override``: a key the code set (``op == "set"``; ``setdefault`` of a missing key and
   deletions are not overrides) shares its last name with a key of the same file that nothing wrote
-  and that still holds another value: seed 004 #7's ``time_predictor.num_iterations = 40000``
+  and that still holds another value: a ``time_predictor.num_iterations = 40000``
   next to two ``num_iterations`` set to 5. A key whose value equals the new value is consistent
   and not reported; list positions (``layers.0``) are not names.
 - ``never_read``: a key of the file nothing read (grouped under the highest section nothing under

@@ -1,4 +1,4 @@
-"""Which config keys a run read and which ones its code overrode (seed 004, mistake #7).
+"""Which config keys a run read and which ones its code overrode (a CLI override that reaches one copy of a setting and misses the others).
 
 ``--train-iters 5`` set ``nsgf_training.num_iterations`` and ``nsf_training.num_iterations`` but
 not ``time_predictor.num_iterations = 40000``, and the smoke test hung for hours in phase 3. To

@@ -2,7 +2,7 @@
 
 Every sentence is built from measured or counted numbers of this run (samples/s, FLOPs and bytes
 per step, the device's ceilings); none is a rule of thumb. The batch-size sentence is the one
-seed 002 needed: when a larger batch is not faster it says whether the step is bandwidth- or
+a sweep needs: when a larger batch is not faster it says whether the step is bandwidth- or
 compute-bound at both sizes, how FLOPs and bytes grew with the batch, and what FLOP/s and
 bandwidth each size reached.
 """

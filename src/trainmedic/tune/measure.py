@@ -1,8 +1,8 @@
 """Time a training step honestly: warm it up, then repeated trials between device syncs.
 
 - The first step is timed alone and reported apart: it holds torch.compile's compilation,
-  cuDNN's algorithm search and lazy initialisation (seed 002's "first epoch slower (XLA
-  compile)"), which no steady-state number should contain.
+  cuDNN's algorithm search and lazy initialisation (the "first epoch is slower" of
+  every compiled or autotuned step), which no steady-state number should contain.
 - Further warm-up steps run until two in a row agree within ``SETTLED`` (allocator caches,
   CPU frequency, a recompile for the second call's shapes), at most ``MAX_WARMUP``.
 - A trial is ``steps_per_trial`` steps between two syncs, sized to last ``min_trial_s``, so that

@@ -4,7 +4,7 @@ The search is staged so that a budget buys the informative configurations first:
 
 1. every precision's batch ladder, eager, default memory format: powers of two up to the
    largest batch the plan says fits (and that batch), a rung at a time, stopping a ladder once
-   two rungs in a row are no faster than the best below them (seed 002: bigger is not faster);
+   two rungs in a row are no faster than the best below them (a bandwidth-bound step can get slower with a bigger batch);
 2. the other memory format (``channels_last[_3d]``) on the two fastest configurations so far;
 3. ``torch.compile`` on the two fastest configurations so far.
 

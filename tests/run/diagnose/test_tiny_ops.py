@@ -33,10 +33,10 @@ def test_a_per_sample_function_is_named_in_the_batch_calls(completed, measure):
     assert top.suggestion == "batch.vectorize(generate_iq_sample)"
 
 
-def test_seed_001_numbers_are_kept():
+def test_the_measured_batching_gain_is_kept():
     advice = tiny_ops.advise("per-sample loop", context("gen.py:3:make_sample"))
     assert advice.factor == 8.0
-    assert "seed 001 gained 8-10x" in advice.fix
+    assert "typically 8-10x faster" in advice.fix
     assert "kernel launches" in advice.fix
     assert "operator dispatches" in tiny_ops.advise("per-sample loop", context(device="cpu")).fix
     assert advice.title == "20,000 tiny tensor ops per step in a Python loop at gen.py:7"

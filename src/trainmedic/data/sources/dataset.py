@@ -1,7 +1,7 @@
 """A ``torch.utils.data.Dataset`` (map-style), materialised once into stacked arrays.
 
-A per-sample ``__getitem__`` plus collate is what made seed 002's batch assembly ~10x slower
-than pre-stacked arrays; here the dataset is walked once, front to back — through
+A per-sample ``__getitem__`` plus collate makes batch assembly about 10x slower than
+pre-stacked arrays; here the dataset is walked once, front to back — through
 ``__getitems__`` when it has one, so a dataset that can fetch many rows in one call does — and
 every epoch after that is one gather per batch.
 """

@@ -1,6 +1,6 @@
 """HDF5 files as a source: every dataset whose first axis is the sample axis is a field.
 
-Three h5py pitfalls decide the shape of this module (seed 000 hit all of them):
+Three h5py pitfalls decide the shape of this module (a per-batch reader often hits all of them):
 
 * fancy indices must be increasing and unique, and each index in a list costs about 3 µs
   (a selection block per row), so ``read`` plans its reads: dense runs become one slice each,

@@ -1,6 +1,6 @@
 """The rows of an SQL query: SQLite (embedded), PostgreSQL, or any database SQLAlchemy reaches.
 
-Seed 003 lost 70-90 % of its GPU time to one PostgreSQL round trip per batch. This source runs
+One PostgreSQL round trip per batch can leave a GPU idle 70-90 % of the time. This source runs
 the query once per materialisation and streams it in chunks through a server-side cursor where
 the driver has one (PostgreSQL), so a read costs one statement, never one per batch. It runs no
 ``SELECT count(*)`` first either: the field specs become known with the first chunk and the

@@ -1,6 +1,6 @@
 """The ``vram`` tier: the whole dataset as stacked device tensors; shuffle and gather on the device.
 
-Seed 003 went 10-30x faster by loading its PostgreSQL table into VRAM once. After the load nothing
+Loading a database table into VRAM once is typically 10-30x faster than a query per batch. After the load nothing
 crosses the PCIe link per step: each epoch uploads its order (8 bytes a sample) once, and every
 batch is one ``index_select`` per field on the device.
 """

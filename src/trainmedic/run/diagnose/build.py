@@ -43,7 +43,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         return _without_steps(m, command, run, aggregate, evidence)
     anchored = resolve.anchors_seen(aggregate)
     # A loop whose iterations run no forward, backward or optimizer step is a per-sample loop
-    # (seed 001's generator): one iteration is one sample. With model work in it, an iteration
+    # (a per-sample generator): one iteration is one sample. With model work in it, an iteration
     # is a training step (a hand-written SGD update) and a step's threshold applies.
     per_sample = evidence == "loop" and not anchored
     min_ops = resolve.TINY_MIN_OPS_PER_ITERATION if per_sample else resolve.TINY_MIN_OPS

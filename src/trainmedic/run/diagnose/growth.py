@@ -1,7 +1,7 @@
 """Which part of a step that keeps getting slower did the growing.
 
-A step can get slower because the code does more each step (seed 004's pool, re-concatenated
-as it grows) or because the machine slowed down under it (a neighbour on a shared host takes
+A step can get slower because the code does more each step (a pool re-concatenated as it
+grows) or because the machine slowed down under it (a neighbour on a shared host takes
 half a core mid-run). On a virtual machine both show on both clocks: the host's contention
 stretches the process's own CPU time per step as well as its wall time. What tells them apart
 is the rest of the step: a growing pool leaves the model's forward and backward as they were,

@@ -54,7 +54,7 @@ TINY_MIN_OPS = 100
 #: Plain user code is compute when at least this share of its calls' work touched grad tensors.
 GRAD_WORK_SHARE = 0.5
 #: When the steps are iterations of a loop the run repeats (no step of its own, probe/loops.py),
-#: one step is one sample of a per-sample loop: seed 001 made 15 calls a sample, 70,000 a batch.
+#: one step is one sample of a per-sample loop: a generator of IQ samples made 15 calls a sample, 70,000 a batch.
 TINY_MIN_OPS_PER_ITERATION = 10
 #: Without a measured call floor (hand-built measurements), the old fixed cut-off per call.
 TINY_MAX_S_PER_OP = 50e-6

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Growth at or above this flags a step that keeps getting slower (seed 004's growing pool)...
+#: Growth at or above this flags a step that keeps getting slower (a growing pool)...
 GROWTH_FLAG = 1.3
 #: ...when every quarter of the run is also at least this much slower than the one before, so
 #: that a burst of noise from a shared machine at the end of a run is not called a trend.

@@ -1,6 +1,6 @@
 """Op census: the torch calls the user's own code makes per step, what they touch and what they cost.
 
-Tiny-op loops (seed 001: 70,000 tiny launches for one batch) look like ordinary user code to a
+Tiny-op loops (70,000 tiny launches for one batch of generated samples) look like ordinary user code to a
 stack sampler; what gives them away is the count and the size. For a few warm-up steps a
 ``TorchFunctionMode`` sees every torch call and charges it to the user's line that *made* it:
 

@@ -1,12 +1,12 @@
 """The loop a run without steps spends its time in, and its iterations counted as the steps.
 
 A script with no ``optimizer.step()``, no Keras fit, no DataLoader and no ``trainmedic.step()``
-(a hand-written SGD update, seed 001's per-sample generation job) gives the step clock nothing to
+(a hand-written SGD update, a per-sample generation job) gives the step clock nothing to
 count. Such a script still repeats something: the loop its stack samples sit in. While no step
 source has shown up, :class:`LoopFinder` looks at each sample's user frames, and once one loop
 holds nearly every sample it is chosen: the innermost such loop, so an epoch loop around a
 per-sample loop gives the per-sample loop. "Nearly every" is read with the samples' own error: a
-loop nested in the chosen one (seed 001's multipath loop, inside each sample's generation) can
+loop nested in the chosen one (a multipath loop, inside each sample's generation) can
 hold 80 % of 30 samples by chance when it holds 60 % of the time. So a loop is chosen early only
 when its share is clearly above the line, passed over when clearly below, and a share within
 noise of the line waits for more samples, up to :data:`LONG_WINDOW`, where its estimate decides.

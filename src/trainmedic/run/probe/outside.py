@@ -61,7 +61,7 @@ def classify(trace: ThreadTrace, classifier: FrameClassifier, builder: FrameBuil
     sampled = Sampled(classified)
     loop = sampled.loop = training_loop(frames, classifier)
     # Only a loop that runs the model is timed by its iterations. A loop with no model in it
-    # (seed 001's per-sample generator) iterates faster than the samples come: the few wraps
+    # (a per-sample generator) iterates faster than the samples come: the few wraps
     # seen are chance, and five reads of one job found 0 to 8 "steps".
     model_seen = any(c.kind in _MODEL_KINDS and c.category != "data" for c in classified)
     if loop is not None and model_seen:
@@ -85,7 +85,7 @@ def training_loop(frames: list[ForeignFrame | None], classifier: FrameClassifier
         votes.update(finder.loops_on_stack(frame))  # type: ignore[arg-type]
     needed = finder.share * len(frames)
     # A loop nested in another holds a subset of its samples: the innermost that qualifies has
-    # the fewest votes (seed 001's per-sample loop inside its epoch loop).
+    # the fewest votes (a per-sample loop inside its epoch loop).
     qualifying = [loop for loop, n in votes.items() if n >= needed]
     return min(qualifying, key=lambda loop: votes[loop], default=None)
 

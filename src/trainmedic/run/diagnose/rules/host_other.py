@@ -32,7 +32,7 @@ def advise(kind: str, ctx: Context) -> Advice:
     return Advice(
         f"{what} every step{at(ctx)}",
         "Do it every N steps (`if step % 50 == 0:`), keep per-step metrics as tensors and "
-        "reduce them at log time, and hand file writes to a background thread. Seed 002 "
-        "removed per-batch printing for the same reason.",
+        "reduce them at log time, and hand file writes to a background thread. Printing every batch "
+        "stalls the loop for the same reason.",
         factor=20.0,
     )

@@ -2,8 +2,8 @@
 
 The fix is ``trainmedic.batch``: one batched call over ``[batch, ...]`` tensors instead of one
 call per sample. The op census charges every torch call to the innermost user function, so the
-function the finding points at is usually the per-sample function itself (``generate_iq_sample``
-in seed 001), and the advice names it. When the loop over samples sits inside that function
+function the finding points at is usually the per-sample function itself (a
+``generate_iq_sample``), and the advice names it. When the loop over samples sits inside that function
 (a ``make_batch`` that builds each sample inline), the function already makes the whole batch:
 what to batch is the loop's body, and the advice says so first.
 """
@@ -20,7 +20,7 @@ from trainmedic.run.probe.recorder import split_function_key
 
 #: Stands for the user's per-sample function when the census cannot name it.
 PLACEHOLDER = "<per_sample_fn>"
-#: Seed 001: batching 256 samples per call cut the launches' cost 8-10x.
+#: Batching 256 samples per call cuts the launches' cost 8-10x (a generator of IQ samples, measured).
 BATCHED = 8.0
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -33,14 +33,14 @@ LAUNCHES_LEFT = 0.25
 def advise(kind: str, ctx: Context) -> Advice:
     if kind == LAUNCHES:
         return _launches(ctx)
-    # Seed 001: 70,000 tiny launches for one batch; batching 256 samples per call gave 8-10x.
+    # 70,000 tiny launches for one batch; batching 256 samples per call is 8-10x faster.
     launch = "kernel launches" if ctx.device == "cuda" else "operator dispatches"
     name, loop_inside = _function(ctx)
     fn = name if name and not loop_inside else PLACEHOLDER
     if is_keras(ctx):
         return _keras(ctx, name, launch)
     if _module_level(ctx):
-        # No function to name: the loop's body is the script's own top-level code (seed 001's
+        # No function to name: the loop's body is the script's own top-level code (a
         # generator written straight into the script). batch.vectorize takes a function.
         loop = f" at {ctx.loop}" if ctx.loop else at(ctx)
         what = (
@@ -65,8 +65,8 @@ def advise(kind: str, ctx: Context) -> Advice:
         f"{what} and one call `gen(...)` over the whole [batch, ...] tensors instead of {instead}, "
         f"or `batch.generate({fn}, params, out=...)` for a generation job (progress, Ctrl+C, "
         f"resumable shards){whole}. Take random draws from an `rng` argument (batch.Rng) so the batched run "
-        f"reproduces the per-sample one. The {launch} drop from thousands to a handful: seed 001 "
-        "gained 8-10x; on a GPU, CUDA graphs or torch.compile cut what remains."
+        f"reproduces the per-sample one. The {launch} drop from thousands to a handful: typically "
+        "8-10x faster; on a GPU, CUDA graphs or torch.compile cut what remains."
     )
     return Advice(
         f"{ctx.ops_per_step:,.0f} tiny tensor ops per {ctx.unit} in a Python loop{at(ctx)}",
@@ -78,7 +78,7 @@ def advise(kind: str, ctx: Context) -> Advice:
 
 
 def factor(ctx: Context) -> float:
-    """How much faster the loop gets batched: its call overhead drops ~8x (seed 001), its
+    """How much faster the loop gets batched: its call overhead drops ~8x, its
     calls' own work stays."""
     if ctx.overhead_share is None:
         return BATCHED
@@ -92,7 +92,7 @@ def _keras(ctx: Context, name: str | None, launch: str) -> Advice:
     fix = (
         f"Replace the per-sample Python loop{where} with keras.ops over the whole [batch, ...] tensors "
         "(they broadcast over the batch axis), or map a function of one sample over the batch in one call with "
-        f"`keras.ops.vectorized_map(fn, x)`. The {launch} drop from thousands to a handful: seed 001 gained 8-10x."
+        f"`keras.ops.vectorized_map(fn, x)`. The {launch} drop from thousands to a handful: typically 8-10x faster."
     )
     return Advice(
         f"{ctx.ops_per_step:,.0f} tiny tensor ops per {ctx.unit} in a Python loop{at(ctx)}",
