@@ -51,6 +51,16 @@ def driver(tmp_path_factory):
         drv.quit()
 
 
+#: A test that needs one of these services is slow as well: `-m "not slow"` never waits for one.
+SERVICES = ("postgres", "chromium", "ray", "torchrun")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SERVICES):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",

@@ -129,10 +129,12 @@ def graph() -> dict[str, set[str]]:
     return {name: imports_of(name, path, known) for name, path in known.items()}
 
 
+@pytest.mark.slow
 def test_no_file_imports_itself_through_others(graph):
     assert cycles(graph) == []
 
 
+@pytest.mark.slow
 def test_no_package_loop(graph):
     edges = defaultdict(set)
     for module, targets in graph.items():

@@ -73,6 +73,9 @@ for fd, path, flags in (
     (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
     (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
 ):
+    if fd == 2 and path == request["stdout"]:  # 2>&1: one file, one offset, the terminal's order
+        os.dup2(1, 2)
+        continue
     opened = os.open(path, flags, 0o644)
     os.dup2(opened, fd)
     os.close(opened)
@@ -134,17 +137,19 @@ class _Warm:
         atexit.register(self.close)
 
     def run(
-        self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float
+        self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float, merged: bool = False
     ) -> subprocess.CompletedProcess:
         self._reclaim()
         with self.lock, tempfile.TemporaryDirectory(prefix="trainmedic-warm-") as folder:
-            out, err = Path(folder, "stdout"), Path(folder, "stderr")
+            out = Path(folder, "stdout")
+            err = out if merged else Path(folder, "stderr")
             pid = self._fork(
                 {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
             )
             status = self._wait(pid, timeout)
             cmd = [sys.executable, *argv]
-            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+            stdout = out.read_text(errors="replace")
+            stderr = "" if merged else err.read_text(errors="replace")
             if status is None:
                 raise subprocess.TimeoutExpired(cmd, timeout, stdout, stderr)
             return subprocess.CompletedProcess(cmd, status, stdout, stderr)
@@ -275,22 +280,30 @@ _MAX_WARM = 2
 
 
 def run_python(
-    argv: list[str], *, cwd: Path | str, env: dict[str, str], timeout: float, fresh: bool = False
+    argv: list[str],
+    *,
+    cwd: Path | str,
+    env: dict[str, str],
+    timeout: float,
+    fresh: bool = False,
+    merged: bool = False,
 ) -> subprocess.CompletedProcess:
     """``subprocess.run([python, *argv], capture_output=True, text=True)``, forked from the warm
     interpreter started with ``env``'s startup variables, or in a new one when ``fresh``.
-    ``argv``: ``-m module ...`` or ``script.py ...``."""
+    ``argv``: ``-m module ...`` or ``script.py ...``. ``merged``: stderr goes where stdout does
+    (``2>&1``), in the order a terminal shows them; ``stderr`` is then empty."""
     if fresh:
         return subprocess.run(
             [sys.executable, *argv],
             cwd=cwd,
             env=env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merged else subprocess.PIPE,
             text=True,
             timeout=timeout,
             check=False,
         )
-    return _warm_for(env).run(list(argv), Path(cwd), dict(env), timeout)
+    return _warm_for(env).run(list(argv), Path(cwd), dict(env), timeout, merged=merged)
 
 
 def _warm_for(env: dict[str, str]) -> _Warm:

@@ -81,6 +81,7 @@ def test_shards_hold_the_batched_outputs_and_the_params_and_data_load_reads_them
         assert torch.equal(iq[i], one["iq"]) and torch.equal(delay[i], one["delay"])
 
 
+@pytest.mark.slow
 def test_a_job_killed_with_sigkill_and_run_again_is_byte_identical_to_an_uninterrupted_one(tmp_path, whole):
     killed = run_job(tmp_path / "resumed", stop_after=130, signame="SIGKILL")
     assert killed.returncode == -signal.SIGKILL
@@ -119,6 +120,7 @@ def test_a_stop_signal_during_the_last_shard_still_stops_the_process(tmp_path):
     assert '"complete": true' in (tmp_path / "job" / MANIFEST).read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("storage", ["hdf5", "zarr"])
 def test_hdf5_and_zarr_shards_resume_byte_identical_and_load(tmp_path, storage):
     assert_killed_and_resumed_is_whole(tmp_path, storage=storage)
@@ -200,6 +202,7 @@ def test_auto_batch_size_keeps_a_cpu_call_in_its_working_set(tmp_path):
     assert result.shard_size % result.batch_size == 0 or result.shard_size == 200
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_named_and_the_shards_before_it_stay_intact(tmp_path, whole):
     assert run_job(tmp_path / "job", stop_after=30, signame="SIGTERM").returncode == 128 + signal.SIGTERM
     before = files(tmp_path / "job")

@@ -66,6 +66,7 @@ def test_the_same_job_writes_the_same_bytes(tmp_path, fn):
     assert len([p for p in (tmp_path / "first").rglob("*") if p.is_file()]) > 300 // 40
 
 
+@pytest.mark.slow
 def test_a_generate_call_imports_nothing_heavy(tmp_path):
     script = f"""
 import sys, json

@@ -35,6 +35,7 @@ def test_a_directory_that_cannot_be_created_fails_at_construction(tmp_path):
     assert str(blocker / "ckpt") in str(error.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["numpy", "torch"])  # pickle, and torch.save's C++ writer
 def test_a_disk_that_fills_mid_save_raises_and_keeps_the_previous_checkpoint(tmp_path, kind):
     directory = tmp_path / "ckpt"

@@ -11,6 +11,7 @@ import pytest
 from ckpt_kit import Child, ForkedChild
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "with_torch, kind, serializer",
     # With torch loaded, a NumPy state is still pickled: torch.save would copy every array.

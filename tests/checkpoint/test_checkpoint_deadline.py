@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from ckpt_kit import Child, checkpoints, manifest, step_of
 
 DEADLINE_S = 3.0
 STEP_S = 0.06
 
 
+@pytest.mark.slow
 def test_the_deadline_save_finishes_before_the_deadline_and_exits_75(tmp_path):
     directory = tmp_path / "ckpt"
     child = Child(

@@ -80,6 +80,7 @@ def restore_fresh(directory, caplog):
     return ckpt, step, state, extra, before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("serializer", ["pickle", "torch"])
 def test_a_kill_at_any_point_of_a_save_restores_the_newest_complete_checkpoint(tmp_path, caplog, serializer):
     trace = calibrate(tmp_path, "save", tmp_path / "calib-save", serializer)
@@ -132,6 +133,7 @@ def test_a_kill_at_any_point_of_a_save_restores_the_newest_complete_checkpoint(t
         assert temp_entries(directory) == [], where
 
 
+@pytest.mark.slow
 def test_a_kill_while_the_checkpointer_starts_leaves_nothing_behind(tmp_path, caplog):
     """Killed in the constructor's write probe or in restore(): the next start is clean."""
     seeded = tmp_path / "seeded"

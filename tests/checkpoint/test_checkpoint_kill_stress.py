@@ -12,6 +12,7 @@ import random
 import signal
 import time
 
+import pytest
 from ckpt_kit import Child, assert_same, checkpoints, manifest, run_child, temp_entries
 
 KILLS = 40
@@ -19,6 +20,7 @@ KEEP_LAST = 2
 SIZE_MB = 12  # ~12 MB of state: a save takes tens of milliseconds, most of the loop's time
 
 
+@pytest.mark.slow
 def test_random_sigkills_never_fail_a_restore_nor_lose_a_completed_save(tmp_path):
     rng = random.Random(5)
     directory = tmp_path / "ckpt"

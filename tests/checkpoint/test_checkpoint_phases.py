@@ -3,9 +3,11 @@ back from the phase checkpoint even though the newest step checkpoints do not ho
 
 from __future__ import annotations
 
+import pytest
 from ckpt_kit import Child, checkpoints, manifest, phase_of, step_of
 
 
+@pytest.mark.slow
 def test_killed_in_phase_two_resumes_there_with_the_pool_of_phase_one(tmp_path):
     directory = tmp_path / "ckpt"
     first = Child("phases.py", ["--dir", directory, "--hold-at", 12], tmp_path, "first")

@@ -20,6 +20,8 @@ from trainmedic import data
 from trainmedic.checkpoint import Checkpointer
 from trainmedic.errors import CheckpointError
 
+pytestmark = [pytest.mark.torchrun]
+
 N, BATCH, EPOCHS, STOP_AT = 203, 16, 3, 10  # 102 samples a rank (1 padded), 7 batches an epoch
 
 SCRIPT = textwrap.dedent(

@@ -13,6 +13,7 @@ from ckpt_kit import Child, assert_same, checkpoints, manifest, run_child, step_
 TOTAL = 60
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
 def test_a_signal_saves_at_the_next_step_and_exits_with_a_resume_message(tmp_path, signum):
     directory = tmp_path / "ckpt"

@@ -56,6 +56,7 @@ def test_a_repeated_sigterm_still_saves_at_the_next_step(tmp_path):
     assert Checkpointer(tmp_path / "ck").restore(state={}) == 21
 
 
+@pytest.mark.slow
 def test_a_signal_after_the_loop_ends_the_process_after_the_grace(tmp_path):
     child = _child(
         tmp_path,
@@ -78,6 +79,7 @@ def test_a_signal_after_the_loop_ends_the_process_after_the_grace(tmp_path):
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.slow
 def test_a_forced_save_past_the_deadline_ends_the_run(tmp_path):
     child = _child(
         tmp_path,

@@ -166,6 +166,7 @@ def test_a_duration_under_a_second_or_unreadable(tm, duration):
     assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode",
     [

@@ -3,7 +3,10 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_demo_diagnoses_the_starved_loop_and_measures_the_data_load_fix(tm):
     started = time.perf_counter()
     result = tm("demo", "--json", "demo.json", "--html", "demo.html", fresh=True)  # as from a shell
@@ -43,6 +46,7 @@ def test_demo_diagnoses_the_starved_loop_and_measures_the_data_load_fix(tm):
     assert f"one every {rate} ms on average" in sampler, sampler
 
 
+@pytest.mark.slow
 def test_without_sqlalchemy_the_demo_runs_the_fix_by_hand(monkeypatch, tmp_path):
     import io
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PRINTS_EVERY_STEP = """
 for step, batch in enumerate(loader):
     loss = model(batch).mean()
@@ -23,6 +25,7 @@ for step, batch in enumerate(loader):
 """
 
 
+@pytest.mark.slow
 def test_findings_print_path_line_col_code_and_exit_1(tm):
     tm.script("train.py", PRINTS_EVERY_STEP)
     result = tm("lint", "train.py")
@@ -199,6 +202,7 @@ def test_output_format_json_is_the_json_flag(tm):
     assert both.returncode == 1 and json.loads(both.stdout)[0]["code"] == "TM111"
 
 
+@pytest.mark.slow
 def test_output_format_sarif_and_github(tm):
     tm.script("train.py", PRINTS_EVERY_STEP)
     tm.script("broken.py", "for x in :\n")
@@ -238,6 +242,7 @@ def test_a_bad_output_format_is_a_usage_error_listing_the_formats(tm):
 # [tool.trainmedic.lint]
 
 
+@pytest.mark.slow
 def test_the_projects_pyproject_settings_apply_unless_isolated(tm):
     tm.script("pyproject.toml", '[tool.trainmedic.lint]\nexclude = ["scratch"]\nignore = ["TM111"]\n')
     (tm.cwd / "scratch").mkdir()

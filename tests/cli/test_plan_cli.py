@@ -12,6 +12,8 @@ from trainmedic.cli.plan import PRECISIONS
 from trainmedic.devices import known_devices
 from trainmedic.plan.model import CATEGORIES
 
+pytestmark = [pytest.mark.slow]
+
 MiB, GiB = 2**20, 2**30
 
 MLP = """
@@ -72,6 +74,7 @@ def mlp(tm):
     return tm
 
 
+@pytest.mark.slow
 def test_a_plan_that_fits_prints_and_exits_0(mlp):
     result = mlp("plan", "model.py:build", "--device", "cpu", "--batch", "8")
     assert result.returncode == 0, result.stderr
@@ -125,6 +128,7 @@ def test_a_card_too_small_exits_1_and_still_writes_the_json(mlp):
     assert data["fits"] is False and data["capacity_bytes"] == MiB
 
 
+@pytest.mark.slow
 def test_max_batch_finds_a_batch_that_fits(mlp):
     result = mlp("plan", "model.py", "--capacity", "2GiB", "--max-batch", "--json", "plan.json")
     assert result.returncode == 0, result.stderr

@@ -11,6 +11,8 @@ import sys
 import pytest
 from proc_kit import alive, wait_for
 
+pytestmark = [pytest.mark.slow]
+
 PYPROJECT = """
 [tool.trainmedic.preflight]
 budget = "30s"
@@ -269,6 +271,7 @@ def build(batch):
 """
 
 
+@pytest.mark.slow
 def test_a_build_module_that_parses_sys_argv_is_planned_in_its_own_process(tm):
     tm.script("model.py", MODEL_WITH_ARGPARSE)
     (tm.cwd / "sub").mkdir()

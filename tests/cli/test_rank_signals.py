@@ -10,6 +10,8 @@ import pytest
 from trainmedic.cli.run_ranks import RankSignals
 from trainmedic.run.probe.runner import Terminated
 
+pytestmark = [pytest.mark.torchrun]
+
 
 def test_sigterm_ends_the_running_script_and_is_only_noted_after_it():
     before = signal.getsignal(signal.SIGTERM)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 from warm_kit import popen_trainmedic
 
 from trainmedic.categories import CATEGORIES
@@ -27,6 +28,7 @@ for step in range(steps):
 """
 
 
+@pytest.mark.slow
 def test_runs_the_script_with_its_own_argv_name_and_exit_code(tm):
     tm.script(
         "train.py",
@@ -154,6 +156,7 @@ def test_explicit_markers_define_steps_without_torch(tm):
     assert report["steps"]["count"] == 12 - 1 - 2  # the first marker opens counting; 2 warm-up
 
 
+@pytest.mark.slow
 def test_ctrl_c_reports_what_was_measured_and_exits_130(tm):
     tm.script(
         "train.py",
@@ -191,6 +194,7 @@ def test_no_target_is_a_usage_error(tm):
     assert "give a script to run" in result.stderr
 
 
+@pytest.mark.slow
 def test_an_unwritable_report_path_exits_2_before_the_script_runs(tm):
     tm.script("train.py", "open('ran.txt', 'w').close()\n")
     tm.script("afile", "")
@@ -209,6 +213,7 @@ def test_an_unwritable_report_path_exits_2_before_the_script_runs(tm):
     assert not (tm.cwd / "ran.txt").exists()
 
 
+@pytest.mark.slow
 def test_a_report_path_lost_during_the_run_is_an_error_not_a_traceback(tm):
     # The folder is replaced by a file while the script runs: the report cannot be written.
     tm.script(

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import typer.main
 
 from trainmedic._version import __version__
@@ -33,6 +34,7 @@ def _package(tm) -> None:
     tm.script("pkg/train.py", MARKED)
 
 
+@pytest.mark.slow
 def test_a_module_is_found_in_the_current_folder_as_python_m_finds_it(tm):
     # The installed `trainmedic` command starts with its bin folder first on sys.path, not the
     # current folder; PYTHONSAFEPATH gives `python -m trainmedic` the same start.
@@ -51,6 +53,7 @@ def test_a_module_is_found_in_the_current_folder_as_python_m_finds_it(tm):
     assert "script argv ['--lr', '1']" in result.stdout
 
 
+@pytest.mark.slow
 def test_options_after_the_module_belong_to_the_module(tm):
     _package(tm)
     result = tm("run", "--quiet", "-m", "pkg.train", "--steps", "9", "-h")
@@ -58,6 +61,7 @@ def test_options_after_the_module_belong_to_the_module(tm):
     assert "script argv ['--steps', '9', '-h']" in result.stdout
 
 
+@pytest.mark.slow
 def test_options_after_the_module_belong_to_the_module_with_nproc(tm):
     # --nproc takes a value: it was missing from the hand-kept list, so --steps 9 went to trainmedic.
     _package(tm)
@@ -83,6 +87,7 @@ def test_h_after_the_script_is_the_scripts(tm):
     assert "Usage:" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_h_is_help_for_the_app_and_every_command(tm):
     for args in [("-h",), ("run", "-h"), ("plan", "-h"), ("tune", "-h"), ("lint", "-h")]:
         result = tm(*args)

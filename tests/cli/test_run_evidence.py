@@ -6,6 +6,7 @@ import json
 import os
 import textwrap
 
+import pytest
 from warm_kit import run_trainmedic
 
 GENERATOR = """
@@ -62,6 +63,7 @@ def run(tmp_path, source, *options, exit_code=0, fresh=False):
     return json.loads(out.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_steps_stops_a_run_without_steps_after_n_iterations_of_its_loop(tmp_path):
     # The inner range(4) loop holds about 85 % of the samples, near the finder's 80 % line, so
     # either loop may be the one counted (run/probe/loops.py judges each on the samples since it
@@ -84,6 +86,7 @@ def test_a_run_with_no_step_and_no_loop_names_no_bottleneck_and_shows_whole_run_
     assert sum(line["seconds_per_step"] for line in report["lines"]) <= report["wall_s"]
 
 
+@pytest.mark.slow
 def test_a_script_whose_own_argument_parsing_fails_gets_its_line_and_no_verdict(tmp_path):
     # A fresh interpreter: the line asserted below is the script's own `import torch`.
     report = run(tmp_path, BAD_ARGUMENTS, exit_code=2, fresh=True)

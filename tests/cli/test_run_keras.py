@@ -111,6 +111,7 @@ def _diagnose(tm, name: str, body: str) -> tuple[dict, str, str]:
     return report, f"{name}:{marked[0]}", result.stderr
 
 
+@pytest.mark.slow
 def test_a_data_bound_pydataset_is_found_at_its_getitem_line_with_the_keras_fix(keras_tm):
     report, where, stderr = _diagnose(keras_tm, "train.py", DATA_BOUND)
     assert report["bottleneck"] == "data", report["breakdown"]
@@ -129,6 +130,7 @@ def test_a_data_bound_pydataset_is_found_at_its_getitem_line_with_the_keras_fix(
     assert "marked by keras" in stderr
 
 
+@pytest.mark.slow
 def test_a_compute_bound_fit_is_compute_at_the_fit_line(keras_tm):
     report, where, _ = _diagnose(keras_tm, "train.py", COMPUTE_BOUND)
     assert report["bottleneck"] == "compute", report["breakdown"]
@@ -140,6 +142,7 @@ def test_a_compute_bound_fit_is_compute_at_the_fit_line(keras_tm):
     assert report["breakdown"]["tiny_ops"] == 0
 
 
+@pytest.mark.slow
 def test_a_per_sample_loop_in_a_layer_is_tiny_ops_at_its_line(keras_tm):
     report, where, _ = _diagnose(keras_tm, "train.py", TINY_OPS)
     assert report["bottleneck"] == "tiny_ops", report["breakdown"]

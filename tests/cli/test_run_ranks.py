@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from warm_kit import run_python, run_trainmedic
 
+pytestmark = [pytest.mark.torchrun]
+
 #: A DDP loop on 2 ranks; SLOW plants a straggler on rank 1 (its data or its compute), a failure
 #: (an exception, a SIGKILL) at step 12, or a crash at exit. Line numbers are pinned by the tests below.
 JOB = """

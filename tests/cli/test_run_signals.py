@@ -68,6 +68,7 @@ def _assert_cut_short(tm, proc: WarmProcess, code: int, name: str) -> dict:
     return report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code", "name"), SIGNALS)
 def test_a_signal_during_steady_steps_reports_what_was_measured(tm, signum, code, name):
     proc = _start(tm)
@@ -78,6 +79,7 @@ def test_a_signal_during_steady_steps_reports_what_was_measured(tm, signum, code
     assert report["steps"]["source"] == "optimizer"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code", "name"), SIGNALS)
 def test_a_signal_during_set_up_reports_no_steps(tm, signum, code, name):
     # The script blocks in a read (a C call) before its first step, as a slow import or load would.
@@ -88,6 +90,7 @@ def test_a_signal_during_set_up_reports_no_steps(tm, signum, code, name):
     assert report["steps"]["count"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code", "name"), SIGNALS)
 def test_a_signal_inside_a_long_torch_call_ends_the_run_when_it_returns(tm, signum, code, name):
     # Python runs a signal's handler only once the C call under way returns; then the run ends.
@@ -102,6 +105,7 @@ def test_a_signal_inside_a_long_torch_call_ends_the_run_when_it_returns(tm, sign
     assert _assert_cut_short(tm, proc, code, name)["steps"]["count"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="needs Linux's F_SETPIPE_SZ")
 def test_a_second_ctrl_c_while_the_report_is_written_loses_nothing(tm):
     # An unread stderr pipe of one page, which the script's own output fills all but 200 bytes:

@@ -40,6 +40,7 @@ def _env(folder: Path) -> dict:
     return {**os.environ, "XDG_CACHE_HOME": str(folder / "cache"), "COLUMNS": "120"}
 
 
+@pytest.mark.slow
 def test_tune_measures_prints_the_table_and_writes_json_and_html(tmp_path):
     done = tune(
         f"{BUILDS}:mlp",
@@ -110,6 +111,7 @@ def test_an_option_the_script_does_not_have_is_named_with_the_close_one(tmp_path
     assert "train.py has no option --bach_size" in done.stderr and "did you mean --batch-size?" in done.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_what_was_measured_and_exits_130(tmp_path):
     (tmp_path / "model.py").write_text(INTERRUPTIBLE)
     child = popen_trainmedic(
@@ -142,6 +144,7 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130(tmp_path):
     assert "batch 1 · fp32" in out and "batch 2 · fp32" in out
 
 
+@pytest.mark.slow
 def test_a_budget_holds_for_the_whole_command_even_when_one_configuration_takes_longer(tmp_path):
     # Each step of slow_step at batch 512 takes seconds here; measuring it (first step, warm-up,
     # 3 trials) takes far longer than the budget. It used to be measured to the end whatever
@@ -175,6 +178,7 @@ def test_a_budget_holds_for_the_whole_command_even_when_one_configuration_takes_
     assert wall < budget_s + 5, f"{wall:.1f} s for a budget of {budget_s:g} s"
 
 
+@pytest.mark.slow
 def test_when_every_configuration_fails_the_exit_code_is_1_and_the_failures_are_shown(tmp_path):
     done = tune(
         f"{BUILDS}:nan_after_first",
@@ -196,6 +200,7 @@ def test_when_every_configuration_fails_the_exit_code_is_1_and_the_failures_are_
     assert "batch 4 is not supported by this layer" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_build_written_for_the_gpu_is_tuned_on_the_cpu_as_plan_takes_it(tmp_path):
     done = tune(
         f"{BUILDS}:gpu_written",

@@ -94,6 +94,7 @@ def assert_one_clean_cache(cache):
     assert len(names) == 1 and not names[0].startswith(".") and not names[0].endswith(".lock"), names
 
 
+@pytest.mark.slow
 def test_a_waiter_waits_for_the_live_builder_then_maps_its_cache(tmp_path):
     holder = start(tmp_path, "hold")
     wait_for(lambda: (tmp_path / "building").exists() or holder.poll() is not None)
@@ -115,6 +116,7 @@ def test_a_waiter_waits_for_the_live_builder_then_maps_its_cache(tmp_path):
     assert_one_clean_cache(tmp_path / "cache")
 
 
+@pytest.mark.slow
 def test_the_lock_of_a_killed_builder_is_taken_over_and_its_half_build_swept(tmp_path):
     holder = start(tmp_path, "hold")
     wait_for(lambda: (tmp_path / "building").exists() or holder.poll() is not None)

@@ -108,6 +108,7 @@ class Whole:
         return np.full(16, i, dtype=np.float32), i
 
 
+@pytest.mark.slow
 def test_a_build_killed_midway_is_never_trusted(tmp_path):
     cache = tmp_path / "cache"
     script = tmp_path / "die.py"

@@ -158,6 +158,7 @@ def test_the_backend_keras_reads_is_named(tmp_path, monkeypatch):
     assert configured_backend() == ("torch", "KERAS_BACKEND")
 
 
+@pytest.mark.slow
 def test_a_backend_that_cannot_be_imported_names_keras_backend_torch(tmp_path):
     code = textwrap.dedent("""
         import numpy as np

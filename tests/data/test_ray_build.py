@@ -67,6 +67,7 @@ def compare(tmp_path, source, partitions, partition_by=None, **kwargs):
     return built
 
 
+@pytest.mark.ray
 def test_hdf5_gzip_chunks_match_the_serial_cache_and_are_reused(tmp_path, local_ray):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((20000, 64)).astype(np.float32)  # 5.1 MB: two 4 MiB blocks
@@ -81,6 +82,7 @@ def test_hdf5_gzip_chunks_match_the_serial_cache_and_are_reused(tmp_path, local_
     assert ray.is_initialized()  # the caller's Ray is left running
 
 
+@pytest.mark.ray
 def test_zarr_chunks_match_the_serial_cache(tmp_path, local_ray):
     zarr = pytest.importorskip("zarr")
     group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
@@ -90,6 +92,7 @@ def test_zarr_chunks_match_the_serial_cache(tmp_path, local_ray):
     assert compare(tmp_path, tmp_path / "s.zarr", partitions=3, fields=["x", "label"]).partitions == 3
 
 
+@pytest.mark.ray
 def test_npy_folder_matches_and_a_changed_file_is_rebuilt(tmp_path, local_ray):
     src = tmp_path / "src"
     src.mkdir()
@@ -119,6 +122,7 @@ def sqlite_table(path, n=6000):
 SQL = {"query": "SELECT id, w, x FROM t ORDER BY id", "schema": {"x": ("float32", (200,))}}
 
 
+@pytest.mark.ray
 def test_sqlite_key_ranges_match_the_serial_cache(tmp_path, local_ray):
     sqlite_table(tmp_path / "s.db")
     url = f"sqlite:///{tmp_path / 's.db'}"
@@ -126,6 +130,8 @@ def test_sqlite_key_ranges_match_the_serial_cache(tmp_path, local_ray):
     assert built.rows == 6000 and built.partitions == 3  # the two empty key ranges are skipped
 
 
+@pytest.mark.postgres
+@pytest.mark.ray
 def test_postgres_key_ranges_match_the_serial_cache(tmp_path, local_ray, postgres_url):
     psycopg = pytest.importorskip("psycopg")
     from sqlalchemy.engine import make_url
@@ -156,6 +162,7 @@ def test_postgres_key_ranges_match_the_serial_cache(tmp_path, local_ray, postgre
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize(
     "query, key, message",
     [
@@ -186,6 +193,7 @@ def test_partition_by_and_in_memory_sources_are_refused_where_they_do_not_apply(
         data.build_cache(tmp_path / "x.npy", workers=0)
 
 
+@pytest.mark.ray
 def test_a_failing_partition_is_named_and_nothing_is_published(tmp_path, local_ray):
     ids = sqlite_table(tmp_path / "s.db")
     bad = int(ids[4500])  # NULL w in the last of 3 partitions

@@ -11,6 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
+pytestmark = [pytest.mark.ray]
+
 pytest.importorskip("ray")
 
 

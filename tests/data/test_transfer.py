@@ -93,6 +93,7 @@ def check_batches(batches, arrays, indices):
         assert np.array_equal(y.numpy(), idx)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("threads", "size"), [(0, 128), (1, 128), (2, 128), (3, 128), (2, 512), (3, 512)])
 def test_batches_equal_a_plain_take_of_the_order_and_slots_wait_for_their_copy(arrays, threads, size):
     copier = LazyCopier()

@@ -20,6 +20,8 @@ import pytest
 from trainmedic.lint import get_rule, lint_source, select_rules
 from trainmedic.lint.autofix import repair_source
 
+pytestmark = [pytest.mark.slow]
+
 #: name -> (the code the broken script must get, broken source, the fix: (old, new) edits of that
 #: source, each found exactly once). Scripts leave what they observed in RESULT.
 CASES = {
@@ -192,6 +194,7 @@ def test_the_rule_finds_the_mistake_and_nothing_on_the_fix(name):
     assert _codes(_source(name, fixed=True)) == []
 
 
+@pytest.mark.slow
 def test_the_broken_scripts_really_go_wrong_in_keras(runs):
     broken, _ = runs
     # Every Lambda reads i == 2 when the model runs: three copies of the last column.

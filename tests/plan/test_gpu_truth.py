@@ -30,6 +30,8 @@ from trainmedic.plan.recorded import load_recorded
 from trainmedic.plan.scaling import other_batch
 from trainmedic.plan.trace import trace_step
 
+pytestmark = [pytest.mark.slow]
+
 TRUTH = Path(__file__).parent / "gpu_truth" / "h200-2026-11-26"
 ROOT = Path(__file__).resolve().parents[2]
 H200 = get_device("h200")
@@ -121,6 +123,7 @@ def test_the_set_is_the_seventeen_cases_of_the_recording():
 # -- the peaks ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_planned_peak_is_within_3_percent_of_the_card(case):
     plan = _plan(case)
@@ -258,6 +261,7 @@ def test_the_measured_workspace_table_is_what_the_recorded_traces_show(monkeypat
 # -- the largest batch ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_seed000_at_12_gib_gets_a_batch_whose_recorded_trend_fits_under_the_cap():
     # Batch 6 ran out of memory for real under a 12 GiB cap (the old planner's answer).
     build = load_build(_spec_path("models/seed000_attention.py:build"))
@@ -269,6 +273,7 @@ def test_seed000_at_12_gib_gets_a_batch_whose_recorded_trend_fits_under_the_cap(
     assert plan.headroom == 0.1  # the default, as tune keeps
 
 
+@pytest.mark.slow
 def test_max_batch_answers_stay_below_what_ran_out_of_memory_for_real():
     # transformer_sdpa bf16 under an 8 GiB cap: 1,048 ran out of memory on the card.
     build = load_build(_spec_path("benchmarks/plan_zoo.py:build_transformer_sdpa"))

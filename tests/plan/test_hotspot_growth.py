@@ -43,6 +43,7 @@ def lines_of(plan) -> set[str]:
     return {h.where.rsplit("/", 1)[-1] for h in plan.hotspots}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS)
 def test_the_logits_and_their_loss_grow_with_the_batch_and_the_advice_says_so(config):
     plan = planned(config)

@@ -47,6 +47,7 @@ def rows() -> dict[str, dict]:
     return {row["model"]: row for row in accuracy.compare_many(CASES, repeats=1)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "b1", "b2"), CASES, ids=[c[0] for c in CASES])
 def test_planned_growth_matches_a_real_cpu_run(rows: dict[str, dict], name: str, b1: int, b2: int) -> None:
     row = rows[name]

@@ -584,6 +584,7 @@ def test_planning_leaves_a_model_made_at_import_real(tmp_path):
     assert model(torch.ones(2, 16)).shape == (2, 8)
 
 
+@pytest.mark.slow
 def test_model_made_at_import_warns_on_every_plan(tmp_path):
     path = _write(tmp_path, PREBUILT)
     build = load_build(f"{path}:build")

@@ -152,6 +152,7 @@ def test_formula_names_attention_pairwise_and_batch_axes():
     assert formula_of(_alloc((1024, 1024), "mm"), 64)[0] == "fixed"
 
 
+@pytest.mark.slow
 def test_max_batch_is_the_largest_that_fits_without_oom_trials():
     build = lambda b: mlp(lambda p: torch.optim.Adam(p), b, dim=1024)  # noqa: E731
     plan = plan_memory(build, capacity="1GiB", max_batch=True, headroom=0.2)
@@ -167,11 +168,13 @@ def test_max_batch_is_zero_when_even_one_sample_does_not_fit():
     assert any("even batch 1" in n for n in plan.notes)
 
 
+@pytest.mark.slow
 def test_plan_at_a_given_batch_also_reports_the_max_batch():
     plan = plan_memory(lambda b: mlp(None, b), 16, capacity="2GiB", max_batch=True)
     assert plan.batch_size == 16 and plan.max_batch > 16
 
 
+@pytest.mark.slow
 def test_contract_dict_has_the_fixed_keys_and_types():
     d = plan_memory(lambda b: mlp(lambda p: torch.optim.Adam(p), b), 8, device="t4").to_dict()
     assert d["schema"] == "trainmedic.plan/1" and d["device"] == "t4"

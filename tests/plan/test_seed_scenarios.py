@@ -6,6 +6,7 @@ CIFAR-10 run crashed a T4 with a tensorized Sinkhorn cost (N·N·D at N=128, D=3
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 from formula_kit import assert_multiplies_out
@@ -53,6 +54,7 @@ def seed000(batch_size: int, pool: int = 1) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_seed000_attention_at_batch_64_does_not_fit_48_gb_and_names_the_scores():
     plan = plan_memory(seed000, 64, capacity="48GiB")
     assert not plan.fits
@@ -71,6 +73,7 @@ def test_seed000_attention_at_batch_64_does_not_fit_48_gb_and_names_the_scores()
     assert "gradient accumulation" in top.advice
 
 
+@pytest.mark.slow
 def test_seed000_max_batch_and_pooling_show_what_fits():
     plan = plan_memory(seed000, capacity="48GiB", max_batch=True, headroom=0.1)
     assert 1 <= plan.max_batch < 64
@@ -143,6 +146,7 @@ def seed004(batch_size: int) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_seed004_sinkhorn_cost_is_the_hotspot_with_its_closed_form():
     plan = plan_memory(seed004, 128, device="t4")
     top = plan.hotspots[0]
@@ -156,6 +160,7 @@ def test_seed004_sinkhorn_cost_is_the_hotspot_with_its_closed_form():
     assert not plan.fits
 
 
+@pytest.mark.slow
 def test_seed004_max_batch_on_a_t4():
     plan = plan_memory(seed004, device="t4", max_batch=True)
     assert 32 <= plan.max_batch < 128  # the seed's own fix was 32

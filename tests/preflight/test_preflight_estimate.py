@@ -132,6 +132,7 @@ def broken(batch_size):
 """
 
 
+@pytest.mark.slow
 def test_plan_fits_and_does_not_fit_on_the_target(project):
     # The build module runs in a process of its own that sees only its file in sys.argv.
     project.write("model.py", "import sys\n\nassert sys.argv == [__file__], sys.argv\n" + BUILD)
@@ -143,6 +144,7 @@ def test_plan_fits_and_does_not_fit_on_the_target(project):
     assert huge.needed_bytes > huge.capacity_bytes
 
 
+@pytest.mark.slow
 def test_plan_from_a_module_of_the_project(project):
     project.write("pkg/__init__.py", "")
     project.write("pkg/nets.py", BUILD)
@@ -151,6 +153,7 @@ def test_plan_from_a_module_of_the_project(project):
     assert str(project.root) not in sys.path
 
 
+@pytest.mark.slow
 def test_plan_problems_are_reported_not_raised(project):
     project.write("model.py", BUILD)
     assert plan_check(experiment(), "t4", project.root) is None
@@ -171,6 +174,7 @@ def test_plan_problems_are_reported_not_raised(project):
 # The build module's own module-level code runs in the plan's child process, never in trainmedic's.
 
 
+@pytest.mark.slow
 def test_an_exit_in_the_build_module_is_the_plans_error_with_the_users_line(project):
     project.write(
         "model.py",
@@ -190,6 +194,7 @@ def test_an_exit_in_the_build_module_is_the_plans_error_with_the_users_line(proj
     )
 
 
+@pytest.mark.slow
 def test_an_exit_in_build_names_the_function_also_when_the_spec_names_none(project):
     # "m2.py" alone means m2.py:build: the plan's child reads the spec as load_build does.
     project.write("m2.py", "import sys\n\n\ndef build(batch_size):\n    sys.exit(3)\n")
@@ -212,6 +217,7 @@ def test_split_spec_is_the_one_reading_of_a_spec():
         split_spec(" ")
 
 
+@pytest.mark.slow
 def test_a_hang_or_a_hard_exit_in_the_build_module_is_the_plans_error(project):
     project.write("hang.py", "import time\n\nwhile True:\n    time.sleep(0.01)\n")
     # The child imports torch (about 1.5 s, more on a loaded machine) before it reaches hang.py:
@@ -223,6 +229,7 @@ def test_a_hang_or_a_hard_exit_in_the_build_module_is_the_plans_error(project):
     assert gone.error == "the plan's process ended before planning: exit code 7"
 
 
+@pytest.mark.slow
 def test_a_plan_stuck_outside_the_projects_code_names_no_library_line(project, tmp_path_factory):
     # torch's import hangs (here a stand-in outside the project): none of the project's frames is
     # on the stack, and the library line the dump ends in is not where the user's code hung.

@@ -76,6 +76,7 @@ def build(batch_size):
 """
 
 
+@pytest.mark.slow
 def test_a_correct_torch_loop_resumes_identically_and_its_cpu_speed_is_measured(project):
     project.write("train.py", TORCH_LOOP)
     project.write("model.py", BUILD)
@@ -113,6 +114,7 @@ def test_a_correct_torch_loop_resumes_identically_and_its_cpu_speed_is_measured(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "draw, extra",
     [
@@ -129,6 +131,7 @@ def test_state_that_is_not_checkpointed_diverges(project, draw, extra):
     assert resume.message.startswith("diverged at step 5 in object 'state': after resuming from step 4")
 
 
+@pytest.mark.slow
 def test_the_same_loop_with_its_counter_checkpointed_is_identical(project):
     result = run_one(project, py_loop("decay()", extra="counter"))
     assert (result.verdict, result.resume.status, result.resume.compared_steps) == (
@@ -138,6 +141,7 @@ def test_the_same_loop_with_its_counter_checkpointed_is_identical(project):
     )
 
 
+@pytest.mark.slow
 def test_a_script_that_never_restores(project):
     script = py_loop().replace("start = ckpt.restore(state=state)", "start = 0")
     result = run_one(project, script)
@@ -147,6 +151,7 @@ def test_a_script_that_never_restores(project):
     )
 
 
+@pytest.mark.slow
 def test_a_checkpoint_directory_that_changes_every_run_restores_nothing(project):
     script = py_loop().replace(
         'Checkpointer("runs/py")', "Checkpointer(f\"runs/{__import__('os').getpid()}\")"
@@ -163,6 +168,7 @@ def test_a_checkpoint_directory_that_changes_every_run_restores_nothing(project)
     )
 
 
+@pytest.mark.slow
 def test_a_resume_path_that_crashes_is_reported_at_the_users_line(project):
     script = (
         py_loop()

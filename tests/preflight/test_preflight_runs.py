@@ -97,6 +97,7 @@ def test_the_2d_experiment_passes_and_the_image_one_fails_at_the_users_line(proj
     assert not report.passed
 
 
+@pytest.mark.slow
 def test_stuck_in_phase_3_at_the_loop_and_the_override_that_missed_a_copy(project):
     script = project.write("train.py", TRAIN_PHASES)
     project.write("config.yaml", CONFIG_YAML)
@@ -127,6 +128,7 @@ def test_stuck_in_phase_3_at_the_loop_and_the_override_that_missed_a_copy(projec
     assert not [c for c in result.configs if c.kind == "never_read"]  # a stopped run cannot know
 
 
+@pytest.mark.slow
 def test_stuck_in_native_code_is_located_from_the_faulthandler_dump(project):
     # sum() over a huge range runs in C without checking for signals: the Python-level handler
     # never gets to run, faulthandler's C-level dump still says where.
@@ -156,6 +158,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_wrapper_script_is_looked_into_and_the_whole_group_killed(project):
     script = project.write("train.py", STUCK_WITH_CHILD)
     project.write("run.sh", f"'{sys.executable}' train.py\n")  # not exec: sh stays the group's leader
@@ -292,6 +295,7 @@ def test_a_finished_run_reports_keys_it_never_read(project):
     ]
 
 
+@pytest.mark.slow
 def test_keys_read_only_in_forked_dataloader_workers_are_not_reported_never_read(project):
     project.write("aug.yaml", "augment:\n  flip_prob: 0.5\n  noise: 0.1\nepochs: 1\n")
     project.write(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from trainmedic.preflight.console import render_preflight
@@ -78,6 +79,7 @@ def render(report, width: int = 100) -> str:
     return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
 
 
+@pytest.mark.slow
 def test_a_nanogpt_loop_stuck_in_the_model_names_the_training_loop_and_iteration_812_of_5000(project):
     train = project.write("train.py", NANO_TRAIN)
     model = project.write("model.py", NANO_MODEL)
@@ -116,6 +118,7 @@ def test_a_nanogpt_loop_stuck_in_the_model_names_the_training_loop_and_iteration
     )
 
 
+@pytest.mark.slow
 def test_a_loop_over_a_config_files_count_reads_it_without_the_tracker_seeing_a_read(project):
     script = project.write("train.py", CONFIG_TRAIN)
     project.write("config.json", '{"train": {"max_iters": 5000, "lr": 0.1}}\n')
@@ -128,6 +131,7 @@ def test_a_loop_over_a_config_files_count_reads_it_without_the_tracker_seeing_a_
     assert progress.total_text == 'range(cfg["train"]["max_iters"])'
 
 
+@pytest.mark.slow
 def test_a_total_the_frame_cannot_read_is_taken_from_the_command_line(project):
     # A config object answering through __getattr__ is not read (it is the program's code): the
     # option of the same name on the command line says the total.
@@ -160,6 +164,7 @@ def test_a_total_the_frame_cannot_read_is_taken_from_the_command_line(project):
     assert (progress.iteration, progress.total, progress.total_from) == (812, 5000, "--max-iters 5000")
 
 
+@pytest.mark.slow
 def test_the_loop_with_the_most_iterations_is_the_stuck_one_not_the_phases_around_it(project):
     script = project.write(
         "train.py",
@@ -195,6 +200,7 @@ def test_the_loop_with_the_most_iterations_is_the_stuck_one_not_the_phases_aroun
     )
 
 
+@pytest.mark.slow
 def test_a_loop_without_a_counter_says_how_far_is_not_known(project):
     script = project.write(
         "train.py",
@@ -226,6 +232,7 @@ def test_a_loop_without_a_counter_says_how_far_is_not_known(project):
     )
 
 
+@pytest.mark.slow
 def test_a_loop_stuck_in_native_code_is_found_and_its_progress_said_unknown(project):
     # sum() over a huge range never returns to the interpreter: the Python-level handler (and the
     # loop record) never comes, the faulthandler dump still gives the frames and so the loop.

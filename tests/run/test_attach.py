@@ -196,6 +196,7 @@ def sample_until_end(job: Job) -> attach_mod.Attachment:
     return attach_mod.attach(job.proc.pid, duration_s=WHOLE_RUN_S)
 
 
+@pytest.mark.slow
 def test_an_hdf5_read_per_batch_is_data_bound_at_the_read_line(jobs):
     job = jobs["data_bound"]
     report = sample(job).report
@@ -211,6 +212,7 @@ def test_an_hdf5_read_per_batch_is_data_bound_at_the_read_line(jobs):
     assert report.lines[0].kind == "hdf5"
 
 
+@pytest.mark.slow
 def test_a_wide_mlp_on_prestacked_tensors_is_compute_bound_at_backward(jobs):
     job = jobs["compute_bound"]
     report = sample(job).report
@@ -224,6 +226,7 @@ def test_a_wide_mlp_on_prestacked_tensors_is_compute_bound_at_backward(jobs):
     assert (place(report.lines[0].where), report.lines[0].category) == (backward, "compute")
 
 
+@pytest.mark.slow
 def test_a_per_sample_generation_loop_names_no_bottleneck_and_points_into_the_generator(jobs):
     job = jobs["generation"]
     report = sample(job).report
@@ -243,6 +246,7 @@ def test_a_per_sample_generation_loop_names_no_bottleneck_and_points_into_the_ge
     assert generator.lineno <= line <= generator.end_lineno, f"{top.where} is outside make_return()"
 
 
+@pytest.mark.slow
 def test_a_job_blocked_on_its_next_batch_is_reported_stuck_at_that_line(jobs):
     job = jobs["hung"]
     report = sample(job).report
@@ -270,6 +274,7 @@ def test_a_job_blocked_on_its_next_batch_is_reported_stuck_at_that_line(jobs):
     assert innermost > 0 and not any(user[:innermost]), "the queue's own frames are not the user's"
 
 
+@pytest.mark.slow
 def test_a_job_read_from_outside_ends_with_the_same_result_as_one_left_alone(jobs):
     alone, watched = jobs["compute_bound:alone"], jobs["compute_bound:attached"]
     alone.go()

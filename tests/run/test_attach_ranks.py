@@ -8,7 +8,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from trainmedic.run.attach import attach
+
+pytestmark = [pytest.mark.torchrun]
 
 #: A DDP loop that runs until a stop file appears; rank 0 decides and tells rank 1 in the same
 #: all-reduce, so both ranks leave at the same step and neither waits for the other forever.

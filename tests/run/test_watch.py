@@ -19,6 +19,7 @@ def train(steps, sleep_in_batch=0):
         opt.step()
 
 
+@pytest.mark.slow
 def test_watch_finds_optimizer_steps_and_builds_a_report():
     with trainmedic.watch() as w:
         train(30)
@@ -29,6 +30,7 @@ def test_watch_finds_optimizer_steps_and_builds_a_report():
     assert sum(report.breakdown.values()) == pytest.approx(1.0, abs=0.01)
 
 
+@pytest.mark.slow
 def test_steps_limit_ends_the_block_quietly():
     with trainmedic.watch(steps=4) as w:
         train(10_000)

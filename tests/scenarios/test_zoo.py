@@ -62,6 +62,7 @@ def test_the_zoo_covers_every_category_that_can_occur():
 
 
 # No `alone` lock: a verdict must hold on a busy machine, as users' machines are.
+@pytest.mark.slow
 @pytest.mark.parametrize("script", verdicts(gpu=False), ids=lambda p: p.stem)
 def test_cpu_scenario_is_diagnosed_at_the_right_line(script, tmp_path):
     expect, where = expectation(script)
@@ -105,6 +106,7 @@ def test_a_script_that_fails_before_any_step_gets_its_line_and_no_verdict(script
     assert report["steps"]["count"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", verdicts(gpu=True), ids=lambda p: p.stem)
 def test_gpu_scenario_runs_on_a_cpu_and_says_the_gpu_side_was_not_measured(script, tmp_path):
     # The verdicts themselves need a GPU: benchmarks/gpu_zoo.py checks them there.

@@ -32,6 +32,7 @@ def _entries(cache_dir) -> dict:
     return json.loads((cache_dir / CACHE_FILE).read_text())["entries"]
 
 
+@pytest.mark.slow
 def test_cpu_ceilings_are_measured_and_plausible(measured):
     assert measured.source == "measured"
     assert measured.device.startswith("cpu (") and f"{torch.get_num_threads()} threads" in measured.device
@@ -43,6 +44,7 @@ def test_cpu_ceilings_are_measured_and_plausible(measured):
     assert measured.ridge["fp32"] == pytest.approx(measured.peak("fp32") / measured.bandwidth_bytes_per_s)
 
 
+@pytest.mark.slow
 def test_the_second_call_reads_the_cache(measured, cache_dir):
     path = cache_dir / CACHE_FILE
     data = json.loads(path.read_text())
@@ -55,6 +57,7 @@ def test_the_second_call_reads_the_cache(measured, cache_dir):
     assert cached.source == "measured"
 
 
+@pytest.mark.slow
 def test_refresh_measures_again(measured, cache_dir):
     path = cache_dir / CACHE_FILE
     data = json.loads(path.read_text())
@@ -65,6 +68,7 @@ def test_refresh_measures_again(measured, cache_dir):
     assert _entries(cache_dir)[cpu_cache_key()]["peak_flops"]["fp32"] == fresh.peak("fp32")
 
 
+@pytest.mark.slow
 def test_a_corrupt_cache_is_measured_again_and_rewritten(tmp_path):
     (tmp_path / CACHE_FILE).write_text('{"format": "trainmedic.ceilings/1", "entries": {')
     ceilings = device_ceilings("cpu", cache_dir=tmp_path)
@@ -72,6 +76,7 @@ def test_a_corrupt_cache_is_measured_again_and_rewritten(tmp_path):
     assert _entries(tmp_path)[cpu_cache_key()]["bandwidth_bytes_per_s"] == ceilings.bandwidth_bytes_per_s
 
 
+@pytest.mark.slow
 def test_another_thread_count_is_another_entry(measured, cache_dir):
     threads = torch.get_num_threads()
     other = 1 if threads != 1 else 2

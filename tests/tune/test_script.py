@@ -191,6 +191,7 @@ def test_hydra_command_replaces_key_value_tokens():
 # --- validating the options ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_argparse_options_are_read_from_help_in_either_spelling(tmp_path):
     script = write(tmp_path, "train.py", MLP)
     style = check_options(script, ["--steps", "5"], ["batch_size", "--lr"])
@@ -203,6 +204,7 @@ def test_argparse_options_are_read_from_help_in_either_spelling(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_a_misspelt_option_is_one_line_naming_it_and_the_close_one(tmp_path):
     script = write(tmp_path, "train.py", MLP)
     with pytest.raises(TuneError) as info:
@@ -234,6 +236,7 @@ def test_a_script_without_a_parser_is_checked_against_its_source(tmp_path):
         check_options(script, ["seed=1"], ["batchsize"])
 
 
+@pytest.mark.slow
 def test_a_global_of_a_script_that_reads_no_arguments_is_no_option(tmp_path):
     # `batch_size = 32` in a script without a parser: --help trains and lists nothing, and the
     # global looked like a nanoGPT-style option, so `--set batch_size=64,128` was "tuned".
@@ -278,6 +281,7 @@ def test_hydra_style_is_detected_and_checked_against_the_composed_config(tmp_pat
 # --- measuring -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_measure_script_gives_per_trial_speeds_and_more_samples_at_a_larger_batch(tmp_path):
     script = write(tmp_path, "train.py", MLP)
     style = argparse_style(batch_size="--batch-size")  # what check_options finds (tested above)
@@ -343,6 +347,7 @@ for _ in range(args.steps):
 """
 
 
+@pytest.mark.slow
 def test_samples_per_s_count_the_batch_the_model_ran_not_the_value_set(tmp_path):
     script = write(tmp_path, "train.py", IGNORES_BATCH)
     style = argparse_style(batch_size="--batch-size")
@@ -362,6 +367,7 @@ def test_samples_per_s_count_the_batch_the_model_ran_not_the_value_set(tmp_path)
     assert row.config.overrides == (("batch_size", "512"),)
 
 
+@pytest.mark.slow
 def test_a_batch_the_probe_cannot_see_gives_steps_per_second(tmp_path):
     script = write(tmp_path, "train.py", KEYWORD_CALL)
     style = argparse_style(batch_size="--batch-size")
@@ -414,6 +420,7 @@ def test_one_unit_for_the_table_and_an_option_that_changed_nothing_is_named():
     )
 
 
+@pytest.mark.slow
 def test_a_crashing_script_is_a_failed_row_with_its_error_line(tmp_path):
     script = write(tmp_path, "crash.py", "import sys\nraise RuntimeError('shape mismatch: 3 vs 4')\n")
     row = measure_script(script, [], Config(None, overrides=(("lr", "1"),)), steps=4, trials=2, timeout_s=120)
@@ -427,6 +434,7 @@ def test_a_crashing_script_is_a_failed_row_with_its_error_line(tmp_path):
     assert row.status == "failed" and row.reason == "train.py: error: unrecognized arguments: --epochs=1"
 
 
+@pytest.mark.slow
 def test_a_script_without_training_steps_or_in_time_fails(tmp_path):
     idle = write(tmp_path, "idle.py", "print('nothing to train')\n")
     row = measure_script(idle, [], Config(None), steps=4, trials=2, timeout_s=120)
@@ -438,6 +446,7 @@ def test_a_script_without_training_steps_or_in_time_fails(tmp_path):
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.slow
 def test_ctrl_c_kills_the_child_process_group_and_reraises(tmp_path):
     script = write(
         tmp_path,

@@ -15,6 +15,7 @@ from trainmedic.tune.ties import within_noise
 FAST = dict(device="cpu", trials=3, min_trial_s=0.05, compile=(False,))
 
 
+@pytest.mark.slow
 @pytest.mark.alone
 def test_a_workload_where_a_smaller_batch_wins_is_found_as_such():
     result = tune(tune_builds.pairwise, precisions=["fp32"], capacity="2GiB", **FAST)
@@ -26,6 +27,7 @@ def test_a_workload_where_a_smaller_batch_wins_is_found_as_such():
     assert any(line.startswith(f"batch {2 * result.best.batch_size} is") for line in result.why)
 
 
+@pytest.mark.slow
 def test_configurations_the_plan_says_do_not_fit_are_skipped_never_run():
     started: list[Config] = []
     result = tune(
@@ -45,6 +47,7 @@ def test_configurations_the_plan_says_do_not_fit_are_skipped_never_run():
     assert [r.config.batch_size for r in result.measured] == [1, 2]
 
 
+@pytest.mark.slow
 def test_every_measured_row_has_a_roofline_and_an_mlp_gains_intensity_with_the_batch():
     result = tune(tune_builds.mlp, batch_sizes=[1, 64], precisions=["fp32"], **FAST)
     small, large = (result.row(Config(b, "fp32")).roofline for b in (1, 64))
@@ -55,6 +58,7 @@ def test_every_measured_row_has_a_roofline_and_an_mlp_gains_intensity_with_the_b
     assert result.ceilings is not None and result.ceilings.source == "measured"
 
 
+@pytest.mark.slow
 def test_memory_format_is_tried_on_the_fastest_configurations_of_a_conv_net():
     result = tune(tune_builds.conv2d, batch_sizes=[2, 4], precisions=["fp32"], **FAST)
     formats = {r.config.memory_format for r in result.measured}
@@ -62,6 +66,7 @@ def test_memory_format_is_tried_on_the_fastest_configurations_of_a_conv_net():
     assert sum(r.config.memory_format == "channels_last" for r in result.measured) == 2
 
 
+@pytest.mark.slow
 def test_compile_is_measured_with_its_compile_time_apart():
     result = tune(
         tune_builds.mlp, batch_sizes=[32], precisions=["fp32"], device="cpu", trials=3, min_trial_s=0.05
@@ -74,6 +79,7 @@ def test_compile_is_measured_with_its_compile_time_apart():
     assert any("torch.compile" in line for line in result.why) or result.best == Config(32, "fp32")
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured():
     def interrupt(row, result):
         if len(result.measured) == 2:
@@ -98,6 +104,7 @@ def test_a_spent_budget_stops_before_the_next_configuration():
     assert result.verdict.startswith("nothing was measured: the budget of")
 
 
+@pytest.mark.slow
 def test_the_gain_is_against_the_current_batch_when_given():
     result = tune(tune_builds.mlp, batch_sizes=[2, 8], precisions=["fp32"], current_batch=4, **FAST)
     assert result.baseline == Config(4, "fp32") and result.baseline_source.startswith("your current")
@@ -106,6 +113,7 @@ def test_the_gain_is_against_the_current_batch_when_given():
     )
 
 
+@pytest.mark.slow
 def test_one_failing_configuration_is_a_row_and_the_search_goes_on():
     result = tune(tune_builds.nan_after_first, batch_sizes=[1, 2, 4], precisions=["fp32"], **FAST)
     failed = result.row(Config(2, "fp32"))
@@ -130,6 +138,7 @@ def test_a_target_that_does_not_build_or_has_no_batch_axis_is_one_clear_error():
         tune(tune_builds.mlp, precisions=["tf32"], **FAST)
 
 
+@pytest.mark.slow
 def test_the_result_is_the_json_contract(tmp_path):
     result = tune(tune_builds.mlp, batch_sizes=[1, 2], precisions=["fp32"], **FAST)
     data = TuneResult.to_dict(result)
@@ -140,6 +149,7 @@ def test_the_result_is_the_json_contract(tmp_path):
     assert path.read_text().startswith("{")
 
 
+@pytest.mark.slow
 def test_fp16_is_measured_on_a_cpu_by_default_only_where_it_measured_faster_than_fp32():
     from trainmedic.tune.grid import cpu_has_fast_fp16
 

@@ -47,6 +47,7 @@ def test_a_build_that_raises_names_its_error():
         TrainingStep(tune_builds.broken, Config(2), CPU)
 
 
+@pytest.mark.slow
 def test_measure_reports_samples_per_second_per_trial_and_the_first_step_apart():
     step = TrainingStep(tune_builds.mlp, Config(16), CPU)
     m = measure(step, trials=4, min_trial_s=0.01)

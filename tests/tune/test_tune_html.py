@@ -198,6 +198,7 @@ def test_write_tune_html_is_atomic(tmp_path):
     assert [p.name for p in out.parent.iterdir()] == ["tune.html"]
 
 
+@pytest.mark.chromium
 def test_charts_render_in_chromium(driver, tmp_path):
     for make in (unet3d_result, hostile_result):
         path = write_tune_html(make(), tmp_path / f"{make.__name__}.html")

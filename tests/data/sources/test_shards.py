@@ -92,6 +92,7 @@ def test_a_manifest_that_is_not_json_is_named(tmp_path):
         data.load(tmp_path, progress=False)
 
 
+@pytest.mark.slow
 def test_a_job_of_more_shards_than_file_descriptors_reads(tmp_path):
     import subprocess
     import sys

@@ -273,6 +273,7 @@ def with_password(url: str) -> str:
     return url if parsed.password else parsed.set(password=PASSWORD).render_as_string(hide_password=False)
 
 
+@pytest.mark.postgres
 def test_postgres_numeric_bytea_and_bool_columns_round_trip(pg):
     x = np.random.default_rng(0).standard_normal((20, 8)).astype(np.float32)
     pg.run("CREATE TABLE s.t (id int8, small int2, w float8, r real, ok bool, name text, x bytea)")
@@ -299,6 +300,7 @@ def test_postgres_numeric_bytea_and_bool_columns_round_trip(pg):
     np.testing.assert_array_equal(data["x"], x)
 
 
+@pytest.mark.postgres
 def test_postgres_real_arrays_declared_and_inferred(pg):
     v = np.arange(30, dtype=np.float32).reshape(10, 3) / 8
     pg.run("CREATE TABLE s.t (id int4, v real[], m int4[][])")
@@ -318,6 +320,7 @@ def test_postgres_real_arrays_declared_and_inferred(pg):
     np.testing.assert_array_equal(data["m"][:, 1, 1], np.arange(10) + 3)
 
 
+@pytest.mark.postgres
 def test_postgres_ragged_array_names_field_and_row(pg):
     pg.run("CREATE TABLE s.t (id int4, v real[])")
     pg.many("INSERT INTO s.t VALUES (%s, %s)", [(i, [1.0] * (4 if i != 6 else 5)) for i in range(10)])
@@ -329,6 +332,7 @@ def test_postgres_ragged_array_names_field_and_row(pg):
         list(declared.iter_chunks(4))
 
 
+@pytest.mark.postgres
 def test_postgres_full_read_is_one_statement_on_a_server_side_cursor(pg):
     pg.run("CREATE TABLE s.t (id int4, v real[])")
     pg.run("INSERT INTO s.t SELECT i, ARRAY[i, i * 2]::real[] FROM generate_series(0, 9999) i")
@@ -343,6 +347,7 @@ def test_postgres_full_read_is_one_statement_on_a_server_side_cursor(pg):
     np.testing.assert_array_equal(np.concatenate([c["v"] for c in chunks])[:, 1], ids * 2)
 
 
+@pytest.mark.postgres
 @pytest.mark.filterwarnings("error")  # a named cursor left open warns when collected
 def test_postgres_cursor_closes_on_early_stop_and_on_a_mid_stream_error(pg):
     query = "SELECT i, i::numeric / 4 AS d FROM generate_series(1, 5000) i"
@@ -356,6 +361,7 @@ def test_postgres_cursor_closes_on_early_stop_and_on_a_mid_stream_error(pg):
     gc.collect()
 
 
+@pytest.mark.postgres
 def test_postgres_dates_and_nulls_are_refused_by_name(pg):
     pg.run("CREATE TABLE s.t (id int4, day date, score float8)")
     pg.run("INSERT INTO s.t VALUES (0, '2024-01-01', 1.0), (1, '2024-01-02', NULL)")
@@ -365,6 +371,7 @@ def test_postgres_dates_and_nulls_are_refused_by_name(pg):
         list(SqlSource(pg.url, pg.q("SELECT score FROM s.t ORDER BY id")).iter_chunks(10))
 
 
+@pytest.mark.postgres
 def test_postgres_bad_table_gives_the_message_and_the_masked_url(pg):
     url = with_password(pg.url)
     with pytest.raises(SourceError) as err:
@@ -375,6 +382,7 @@ def test_postgres_bad_table_gives_the_message_and_the_masked_url(pg):
     assert_no_password(err.value)
 
 
+@pytest.mark.postgres
 def test_postgres_bad_credentials_are_a_source_error_without_the_password(pg):
     url = make_url(pg.url).set(username="nobody_" + uuid.uuid4().hex[:6], password=PASSWORD)
     with pytest.raises(SourceError, match="could not connect") as err:

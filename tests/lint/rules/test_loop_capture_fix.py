@@ -351,6 +351,7 @@ print(json.dumps(found))
 """
 
 
+@pytest.mark.slow
 def test_keras_lambda_layers_and_learning_rate_schedulers(tmp_path):
     if importlib.util.find_spec("keras") is None:
         pytest.skip("keras is not installed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -34,6 +35,7 @@ def _mha(batch_size):
     )
 
 
+@pytest.mark.slow
 def test_multihead_attention_copies_the_kernels_output_as_the_card_does():
     # CUDA's kernels write (B, S, H, D): MultiheadAttention's permute(2, 0, 1, 3).contiguous()
     # copies it, which the CPU kernel (writing in the query's layout) never needs.

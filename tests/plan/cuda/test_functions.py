@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -21,12 +22,14 @@ def _encoder(batch_size):
     )
 
 
+@pytest.mark.slow
 def test_a_deep_copied_layers_transposed_weights_are_views_not_tensors():
     trace = trace_step(_encoder, 4, get_device("h200"))
     # nn.TransformerEncoder deep-copies its layer; F.linear's weight.t() of a copy is a view.
     assert not [a for a in trace.allocations.values() if a.op == "t"]
 
 
+@pytest.mark.slow
 def test_fused_dropout_keeps_a_one_byte_mask_made_before_its_output():
     trace = trace_step(_encoder, 4, get_device("h200"))
     empties = [a for a in trace.allocations.values() if a.op == "empty_like" and a.phase == "forward"]

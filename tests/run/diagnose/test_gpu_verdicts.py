@@ -94,6 +94,7 @@ def _memory_bandwidth_run(measure):
     return measure(lines, [118.9 * ms] * STEPS, ops_by_function=ops, census_steps=2)
 
 
+@pytest.mark.slow
 def test_memory_bandwidth_scenario_reads_as_memory_bandwidth_at_its_forward_line(completed, measure):
     m = _on_gpu(_memory_bandwidth_run(measure), op_costs=_dosenet_costs())
     report = diagnose(m, ["memory_bandwidth.py"], completed)
@@ -109,6 +110,7 @@ def test_memory_bandwidth_scenario_reads_as_memory_bandwidth_at_its_forward_line
     assert "split: optimizer 95%, forward 3%, backward 2%" in top.evidence
 
 
+@pytest.mark.slow
 def test_a_matmul_heavy_step_stays_compute(completed, measure):
     m = _on_gpu(_memory_bandwidth_run(measure), op_costs=_mlp_costs())
     report = diagnose(m, ["mlp.py"], completed)
@@ -118,6 +120,7 @@ def test_a_matmul_heavy_step_stays_compute(completed, measure):
     assert "arithmetic intensity" in report.findings[0].evidence
 
 
+@pytest.mark.slow
 def test_no_roofline_verdict_without_counts_a_known_card_or_a_gpu(completed, measure):
     costs = _dosenet_costs(size=8)
     assert intensity.judge(costs, DeviceInfo("cpu", "test cpu", {})) is None
@@ -218,6 +221,7 @@ def _mnist_run(measure):
     return dataclasses.replace(m, device=H200, op_costs=_dosenet_costs(size=8), census=census)
 
 
+@pytest.mark.slow
 def test_a_step_whose_gpu_idles_while_python_launches_is_launch_bound(completed, measure):
     # recorded: 0.4 ms of kernels, copies and memsets a step (MNIST's convolutions and Adam's
     # foreach kernels at batch 32 run a few µs each)
@@ -237,6 +241,7 @@ def test_a_step_whose_gpu_idles_while_python_launches_is_launch_bound(completed,
     assert report.breakdown["tiny_ops"] == 1.0 and report.breakdown["memory_bandwidth"] == 0.0
 
 
+@pytest.mark.slow
 def test_a_busy_device_keeps_the_roofline_verdict(completed, measure):
     # tests/scenarios/memory_bandwidth.py on the H200: NVML read the GPU 99 % busy
     m = _memory_bandwidth_run(measure)
@@ -252,6 +257,7 @@ def test_a_busy_device_keeps_the_roofline_verdict(completed, measure):
     assert not any(n.startswith("Too close to call between the kernels") for n in report.notes)
 
 
+@pytest.mark.slow
 def test_between_the_bands_the_model_is_compute_and_the_report_says_it_is_close(completed, measure):
     m = dataclasses.replace(
         _mnist_run(measure), device_busy=DeviceBusy(busy_s=2 * 1.9 * ms, steps=2, activities=600)
@@ -262,6 +268,7 @@ def test_between_the_bands_the_model_is_compute_and_the_report_says_it_is_close(
     assert "busy 1.9 ms of the model's 2.7 ms per step (70%" in note
 
 
+@pytest.mark.slow
 def test_without_the_busy_time_the_verdict_is_unchanged_and_the_report_says_why(completed, measure):
     m = dataclasses.replace(
         _mnist_run(measure), device_busy=DeviceBusy(problem="the profiler did not start (x)")

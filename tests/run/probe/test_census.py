@@ -7,6 +7,7 @@ iterated it; both read as per-sample loops.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -117,6 +118,7 @@ def test_the_call_floor_is_measured_on_this_machine():
     assert cost.work_s(1024, 0) < cost.floor_s < cost.work_s(64 << 20, 0)
 
 
+@pytest.mark.slow
 def test_detaching_a_model_output_is_not_work_on_the_model():
     model = nn.Linear(64, 256)
     x = torch.randn(32, 64)

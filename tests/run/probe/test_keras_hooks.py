@@ -155,6 +155,7 @@ def test_keras_frames_are_classified_as_data_compute_and_progress():
     assert FrameClassifier().code_info  # the classifier itself is untouched
 
 
+@pytest.mark.slow
 def test_installed_by_a_post_import_hook_when_the_script_imports_keras_later():
     # A fresh process: the hooks wait for `import keras` and patch it when it finishes.
     code = textwrap.dedent("""

@@ -205,6 +205,7 @@ def _main_stacks(threads: list[pyspy.ThreadTrace], pid: int) -> list[tuple[PyFra
     return main.stacks
 
 
+@pytest.mark.slow
 def test_record_reads_the_function_and_line_the_child_is_at(waiting_child):
     recording = pyspy.record(waiting_child, 1, rate_hz=50)
     stacks = _main_stacks(recording.threads, waiting_child)

@@ -1,5 +1,7 @@
 """The recorder keeps memory flat however long the run, and never counts the unfinished step."""
 
+import pytest
+
 from trainmedic.run.probe.clock import MARKER, StepClock
 from trainmedic.run.probe.frames import Classified
 from trainmedic.run.probe.recorder import BEFORE_MODEL, SLOTS, Recorder
@@ -41,6 +43,7 @@ def test_a_new_step_source_discards_what_was_counted_before():
     assert recorder.steady.seconds == 1.0
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_over_a_million_steps():
     clock, recorder = StepClock(warmup=0, capacity=512), Recorder(warmup=0, capacity=512)
     for step in range(1_000_000):

@@ -252,6 +252,7 @@ def _severe(driver) -> list:
     return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
+@pytest.mark.chromium
 def test_charts_render_in_chromium(driver, tmp_path):
     m = _open(driver, data_bound_report(), tmp_path / "report.html")
     assert m["breakdown"] and min(m["breakdown"]) > 0, m
@@ -263,6 +264,7 @@ def test_charts_render_in_chromium(driver, tmp_path):
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
+@pytest.mark.chromium
 def test_large_and_empty_reports_render_in_chromium(driver, tmp_path):
     m = _open(driver, data_bound_report(points=5000), tmp_path / "big.html")
     assert 0 < m["timelineBars"] and min(m["timeline"]) > 0, m
