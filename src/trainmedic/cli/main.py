@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from trainmedic._version import __version__
 from trainmedic.cli.run_options import RunOptions
@@ -25,8 +26,15 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits it
 )
 
-#: `trainmedic lint --output-format` (trainmedic.lint.formats.FORMATS, not imported until lint runs).
-_OutputFormat = Enum("OutputFormat", {name: name for name in ("text", "json", "sarif", "github")}, type=str)
+
+class _OutputFormat(str, Enum):
+    """`trainmedic lint --output-format` (trainmedic.lint.formats.FORMATS, not imported until lint runs)."""
+
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+    github = "github"
+
 
 #: main() marks where the script's own arguments begin with `--` (cli/script_args.py); this
 #: keeps `run train.py --iters 3` working when the app is called without it (tests, embedding).
@@ -243,7 +251,7 @@ def plan(
 
     if list_devices:
         raise typer.Exit(plan_command.list_devices(Console(highlight=False)))
-    spec, *spec_args = items or [None]
+    spec, spec_args = (items[0], items[1:]) if items else (None, [])
     options = plan_command.PlanOptions(
         spec,
         device,
@@ -479,4 +487,7 @@ def _fail(message: str) -> None:
 
 def main() -> None:
     command = typer.main.get_command(app)
-    app(args=mark_script_args(sys.argv[1:], command), prog_name="trainmedic")
+    argv = sys.argv[1:]
+    if isinstance(command, TyperGroup):  # it is: the app has several commands
+        argv = mark_script_args(argv, command)
+    app(args=argv, prog_name="trainmedic")

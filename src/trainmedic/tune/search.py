@@ -431,7 +431,10 @@ class _Search:
             if r.roofline and r.roofline.achieved_flops > 1.05 * r.roofline.peak_flops
         ]
         if above and result.ceilings is not None and result.ceilings.source == "measured":
-            top = max(above, key=lambda r: r.roofline.achieved_flops / r.roofline.peak_flops)
+            top = max(
+                above, key=lambda r: r.roofline.achieved_flops / r.roofline.peak_flops if r.roofline else 0.0
+            )
+            assert top.roofline is not None  # every row of `above` has one
             result.warnings.append(
                 f"{top.config.label} reached {top.roofline.achieved_flops / 1e9:,.0f} GFLOP/s, above the measured "
                 f"{top.config.precision} peak of {top.roofline.peak_flops / 1e9:,.0f}: the ceilings were measured while the "
