@@ -172,7 +172,7 @@ def _within_function(path: str, first: int, line: int) -> bool:
     return node is not None and _spans(node, line)
 
 
-def _function_node(path: str, first: int) -> ast.AST | None:
+def _function_node(path: str, first: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     tree = read_tree(path)
     if tree is None:
         return None
@@ -186,7 +186,7 @@ def _function_node(path: str, first: int) -> ast.AST | None:
     return None
 
 
-def _spans(node: ast.AST, line: int) -> bool:
+def _spans(node: ast.stmt | ast.expr, line: int) -> bool:
     return node.lineno <= line <= (node.end_lineno or node.lineno)
 
 
