@@ -99,7 +99,16 @@ def run(
         )
     name = module if module is not None else args.pop(0)
     options = RunOptions(
-        name, args, module is not None, steps, json_path, html_path, warmup, interval_ms / 1000, quiet, nproc
+        target=name,
+        args=args,
+        module=module is not None,
+        steps=steps,
+        json_path=json_path,
+        html_path=html_path,
+        warmup=warmup,
+        interval_s=interval_ms / 1000,
+        quiet=quiet,
+        nproc=nproc,
     )
     from trainmedic.cli.run import run_target
 
@@ -128,7 +137,15 @@ def attach(
     """
     from trainmedic.cli import attach as attach_command
 
-    options = attach_command.AttachOptions(pid, duration, rate, dump, json_path, html_path, quiet)
+    options = attach_command.AttachOptions(
+        pid=pid,
+        duration=duration,
+        rate=rate,
+        dump=dump,
+        json_path=json_path,
+        html_path=html_path,
+        quiet=quiet,
+    )
     raise typer.Exit(attach_command.run_attach(options, Console(highlight=False), _stderr()))
 
 
@@ -180,7 +197,17 @@ def lint(
     if list_rules:
         raise typer.Exit(lint_command.list_rules(typer.echo))
     fmt = output_format.value if output_format is not None else None
-    options = LintOptions(fmt, json_output, select, ignore, fix, diff, config, isolated, force_exclude)
+    options = LintOptions(
+        output_format=fmt,
+        as_json=json_output,
+        select=select,
+        ignore=ignore,
+        fix=fix,
+        diff=diff,
+        config=config,
+        isolated=isolated,
+        force_exclude=force_exclude,
+    )
     raise typer.Exit(lint_command.run_lint(list(paths or []), options, out=typer.echo, err=_stderr()))
 
 
@@ -253,19 +280,19 @@ def plan(
         raise typer.Exit(plan_command.list_devices(Console(highlight=False)))
     spec, spec_args = (items[0], items[1:]) if items else (None, [])
     options = plan_command.PlanOptions(
-        spec,
-        device,
-        capacity,
-        batch,
-        precision,
-        max_batch,
-        headroom,
-        json_path,
-        quiet,
-        verify,
-        verify_trace,
-        record,
-        tuple(spec_args),
+        spec=spec,
+        device=device,
+        capacity=capacity,
+        batch=batch,
+        precision=precision,
+        max_batch=max_batch,
+        headroom=headroom,
+        json_path=json_path,
+        quiet=quiet,
+        verify=verify,
+        verify_trace=verify_trace,
+        record=record,
+        spec_args=tuple(spec_args),
     )
     raise typer.Exit(plan_command.run_plan(options, Console(highlight=False), _stderr()))
 
@@ -327,14 +354,14 @@ def preflight(
     from trainmedic.cli import preflight as preflight_command
 
     options = preflight_command.PreflightOptions(
-        tuple(names or ()),
-        tuple(commands or ()),
-        budget,
-        device,
-        session_limit,
-        False if no_resume_check else None,
-        json_path,
-        project,
+        names=tuple(names or ()),
+        commands=tuple(commands or ()),
+        budget=budget,
+        device=device,
+        session_limit=session_limit,
+        resume_check=False if no_resume_check else None,
+        json_path=json_path,
+        project=project,
     )
     raise typer.Exit(preflight_command.run_preflight_command(options, Console(highlight=False), _stderr()))
 
@@ -447,25 +474,25 @@ def tune(
     words = list(items or [])
     spec = None if script is not None or not words else words.pop(0)
     options = tune_command.TuneOptions(
-        spec,
-        script,
-        tuple(words),
-        tuple(sets or ()),
-        device,
-        batch,
-        precision,
-        compile_mode,
-        memory_format,
-        budget,
-        trials,
-        current,
-        exhaustive,
-        headroom,
-        capacity,
-        steps,
-        json_path,
-        html_path,
-        quiet,
+        spec=spec,
+        script=script,
+        script_args=tuple(words),
+        sets=tuple(sets or ()),
+        device=device,
+        batches=batch,
+        precisions=precision,
+        compile=compile_mode,
+        memory_formats=memory_format,
+        budget=budget,
+        trials=trials,
+        current=current,
+        exhaustive=exhaustive,
+        headroom=headroom,
+        capacity=capacity,
+        steps=steps,
+        json_path=json_path,
+        html_path=html_path,
+        quiet=quiet,
     )
     raise typer.Exit(tune_command.run_tune(options, Console(highlight=False), _stderr()))
 

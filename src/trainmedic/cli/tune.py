@@ -28,7 +28,7 @@ SCRIPT_STEPS = 30
 _SWITCH = {"on": (True,), "off": (False,), "both": (False, True), "auto": (False, True)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TuneOptions:
     spec: str | None
     script: str | None = None

@@ -99,15 +99,15 @@ def tune(
     capacity_bytes = parse_capacity(capacity) if capacity is not None else None
     budget = Budget(budget_s, started_at if started_at is not None else time.monotonic())
     search = _Search(
-        build,
-        target,
-        resolve_device(device),
-        trials,
-        min_trial_s,
-        headroom,
-        budget,
-        callbacks or Callbacks(),
-        capacity_bytes,
+        build=build,
+        target=target,
+        device=resolve_device(device),
+        trials=trials,
+        min_trial_s=min_trial_s,
+        headroom=headroom,
+        budget=budget,
+        callbacks=callbacks or Callbacks(),
+        capacity_bytes=capacity_bytes,
     )
     search.check(batch_sizes, precisions, compile, memory_formats, current_batch)
     try:
@@ -136,7 +136,7 @@ class _BudgetSpent(Exception):
     pass
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Search:
     build: Callable[[int], Any]
     target: str
