@@ -124,7 +124,9 @@ def batch_site(ctx: Context) -> str | None:
 
 
 def _module_level(ctx: Context) -> bool:
-    return bool(ctx.function) and split_function_key(ctx.function)[2] == "<module>"  # type: ignore[arg-type]
+    if not ctx.function:
+        return False
+    return split_function_key(ctx.function)[2] == "<module>"
 
 
 def _function(ctx: Context) -> tuple[str | None, bool]:
