@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 #: What is being written carries this prefix until it is renamed into place.
 TEMP_PREFIX = ".tmp-"
@@ -23,7 +24,7 @@ HOST = re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname()) or "host"
 STALE_S = 24 * 3600.0
 
 
-def current_frames() -> dict[int, object]:
+def current_frames() -> dict[int, FrameType]:
     """``sys._current_frames()``, safe on Python 3.11: that call holds the runtime's thread-list
     lock while it builds its dict, and a garbage collection started by one of its allocations can
     free a thread state, which takes the same lock: the process deadlocks (CPython gh-106883,

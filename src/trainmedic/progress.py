@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.progress import ProgressColumn
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class ProgressBar:
@@ -18,8 +21,8 @@ class ProgressBar:
     def __init__(self, stream: IO[str] | None = None, unit: str = "rows") -> None:
         self.stream = stream
         self.unit = unit
-        self._progress = None
-        self._task = None
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None  # set with _progress
 
     def start(self, description: str, total_rows: int | None) -> None:
         from rich.console import Console
@@ -52,12 +55,12 @@ class ProgressBar:
         self._task = self._progress.add_task(description, total=total_rows, status="")
 
     def advance(self, rows: int) -> None:
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.advance(self._task, rows)
 
     def describe(self, text: str) -> None:
         """Show ``text`` after the bar (a status, not a log line: the next call replaces it)."""
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.update(self._task, status=text)
 
     def stop(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TypeGuard
 
 
 def format_seconds(seconds: float) -> str:
@@ -11,7 +12,8 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
 
 
-def finite(x: float | None) -> bool:
+def finite(x: float | None) -> TypeGuard[float]:
+    """A real, finite number (not None, not a bool, not NaN or infinite)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 

@@ -5,12 +5,14 @@ the stages' times, and output byte-identical to the job before the pipeline."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import re
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 
 import numpy as np
@@ -347,3 +349,67 @@ def test_the_bar_shows_where_the_time_goes(tmp_path, monkeypatch):
     drawn = out.getvalue()
     assert "300/300" in drawn
     assert re.search(r"gen \d+\.\d s, copy \d+\.\d s, write \d+\.\d s", drawn), drawn
+
+
+class _StopAtShard1(_Quiet):
+    """Raises ``error`` at the first call of shard 1, once the writer has failed on shard 0."""
+
+    def __init__(self, error: BaseException, write_failed: threading.Event) -> None:
+        self.done, self.error, self.write_failed = 0, error, write_failed
+
+    def advance(self, n):
+        self.done += n
+        if self.done == 60:  # calls of 20, shards of 40
+            assert self.write_failed.wait(WAIT), "the write of shard 0 did not fail"
+            raise self.error
+
+
+def _fail_the_write_of_shard_0(monkeypatch) -> threading.Event:
+    failed = threading.Event()
+
+    def write(self, index, arrays):
+        failed.set()
+        raise RuntimeError("the disk went away")
+
+    monkeypatch.setattr(ShardStore, "write", write)
+    return failed
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_the_callers_error_notes_a_writer_that_failed_too(tmp_path, monkeypatch):
+    error = _Stopped("stopped by the progress object")
+    progress = _StopAtShard1(error, _fail_the_write_of_shard_0(monkeypatch))
+    with pytest.raises(_Stopped) as info:
+        batch.generate(
+            tone, params(120), out=tmp_path, batch_size=20, shard_size=40, seed=4, progress=progress
+        )
+    assert info.value is error
+    assert getattr(error, "__notes__", None) == ["the background writer had failed too: the disk went away"]
+
+
+class _NoNotes(Exception):
+    """An exception as Python 3.10 makes them: without add_note (3.11's)."""
+
+    @property
+    def add_note(self):
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute 'add_note'")
+
+
+def test_on_python_310_the_callers_error_goes_up_without_the_note(tmp_path, monkeypatch):
+    # generate() called exc.add_note unguarded: on 3.10 the caller's error turned into an
+    # AttributeError raised while handling it.
+    python_310 = types.SimpleNamespace(version_info=(3, 10, 13, "final", 0))
+    # The module, not the function trainmedic.batch re-exports under its name.
+    monkeypatch.setattr(
+        importlib.import_module("trainmedic.batch.generate"), "sys", python_310, raising=False
+    )
+    error = _NoNotes("stopped by the progress object")
+    progress = _StopAtShard1(error, _fail_the_write_of_shard_0(monkeypatch))
+    with pytest.raises(_NoNotes) as info:
+        batch.generate(
+            tone, params(120), out=tmp_path, batch_size=20, shard_size=40, seed=4, progress=progress
+        )
+    assert info.value is error

@@ -19,7 +19,7 @@ HOUR = 3600.0
 
 def experiment(**fields) -> Experiment:
     fields.setdefault("budget", 120.0)
-    return Experiment("mnist", "python train.py", **fields)
+    return Experiment(name="mnist", command="python train.py", **fields)
 
 
 # -- session ----------------------------------------------------------------------------------

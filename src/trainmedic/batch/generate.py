@@ -25,11 +25,12 @@ import hashlib
 import inspect
 import logging
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -97,8 +98,8 @@ def generate(
     params: Any,
     out: str | Path,
     *,
-    batch_size: int | str = "auto",
-    shard_size: int | str = "auto",
+    batch_size: int | Literal["auto"] = "auto",
+    shard_size: int | Literal["auto"] = "auto",
     seed: int = 0,
     format: str = "npy",
     device: Any = "auto",
@@ -196,7 +197,8 @@ def generate(
     except Exception as exc:
         # The shards handed over are whole and good: written, a resume starts after them.
         failed = writer.shut()
-        if failed is not None and failed not in (exc, exc.__cause__):
+        # add_note is 3.11's: on 3.10 the job's own error goes up without the note.
+        if failed is not None and failed not in (exc, exc.__cause__) and sys.version_info >= (3, 11):
             exc.add_note(f"the background writer had failed too: {failed}")
         raise
     except BaseException:
@@ -330,7 +332,9 @@ def _shard_seed(seed: int, index: int) -> int:
 # -- set-up -----------------------------------------------------------------------------------
 
 
-def _size(vf: Vectorized, columns: Params, batch_size: int | str, device: torch.device, seed: int) -> Sizing:
+def _size(
+    vf: Vectorized, columns: Params, batch_size: int | Literal["auto"], device: torch.device, seed: int
+) -> Sizing:
     """Run the first few samples for real (this settles vmap or loop and the outputs' sizes),
     then size the call: an int as given, or "auto" from the peaks of two more real calls."""
     arrays = _probe(vf, columns, device, seed)

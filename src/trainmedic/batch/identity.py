@@ -48,7 +48,7 @@ def _feed(digest: Any, value: Any, depth: int, seen: set[int]) -> None:
     if isinstance(value, (np.ndarray, torch.Tensor)):
         array = to_numpy(value)
         update(f"array:{array.dtype.str}:{array.shape};".encode())
-        update(memoryview(np.ascontiguousarray(array)).cast("B"))
+        update(np.ascontiguousarray(array).data.cast("B"))
         return
     seen = seen | {id(value)}
     if isinstance(value, (tuple, list, set, frozenset)):

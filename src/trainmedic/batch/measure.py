@@ -17,6 +17,7 @@ and measure the same thing:
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -109,7 +110,7 @@ def call_peaks(vf: Vectorized, columns: Params, device: torch.device, seed: int)
             for count in MEASURE_SIZES:
                 picks = np.arange(count) % len(next(iter(host.values())))
                 inputs = {name: torch.as_tensor(value[picks]).to(device) for name, value in host.items()}
-                peaks[count] = peak_bytes(lambda inputs=inputs: twin(**inputs, seed=seed, start=0), device)
+                peaks[count] = peak_bytes(functools.partial(twin, **inputs, seed=seed, start=0), device)
     except Exception:  # noqa: BLE001 - it ran on the first rows; the outputs alone then size the call
         return None
     return peaks

@@ -44,7 +44,7 @@ class Params:
         for name, column in sorted(self.columns.items()):
             array = np.ascontiguousarray(to_numpy(column))
             digest.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
-            digest.update(memoryview(array).cast("B"))
+            digest.update(array.data.cast("B"))
         return digest.hexdigest()
 
 

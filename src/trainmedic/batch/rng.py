@@ -58,7 +58,7 @@ def _mix(z: torch.Tensor) -> torch.Tensor:
     return z.bitwise_xor_(_shift_right(z, 31))
 
 
-_WEYL: dict[tuple[int, str], torch.Tensor] = {}
+_WEYL: dict[tuple[int, int, str], torch.Tensor] = {}  # (start, count, device)
 _WEYL_MAX = 1 << 16
 
 

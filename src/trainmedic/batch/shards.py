@@ -270,7 +270,7 @@ def _write_zarr(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
     root = zarr.open_group(str(path), mode="w", zarr_format=3)
     for name, array in arrays.items():
-        target = root.create_array(name, shape=array.shape, dtype=array.dtype, chunks=array.shape or None)
+        target = root.create_array(name, shape=array.shape, dtype=array.dtype, chunks=array.shape or "auto")
         target[...] = array
     _fsync_tree(path)
 

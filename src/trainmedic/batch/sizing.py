@@ -112,7 +112,7 @@ def cost_per_sample(peaks: dict[int, int]) -> tuple[int, int] | None:
 
 
 def _sizing(limits: dict[str, int], samples: int, output_bytes: int) -> Sizing:
-    binding = min(limits, key=limits.get)
+    binding = min(limits, key=limits.__getitem__)
     size = _round(min(samples, limits[binding]), samples)
     why = (
         f"{size} samples per call: all {samples}"

@@ -283,7 +283,7 @@ def stack_samples(outputs: list[Any], name: str, start: int = 0) -> Any:
                 f"{name} returned a different structure for sample {start + i} than for sample {start}; "
                 f"a batched function must return the same tensors for every sample."
             )
-    stacked = []
+    stacked: list[torch.Tensor | np.ndarray] = []
     for leaf in range(len(flat[0][0])):
         values = [leaves[leaf] for leaves, _ in flat]
         shapes = [tuple(np.shape(v)) for v in values]

@@ -129,7 +129,7 @@ def _dataloader_state(loader: Any) -> dict[str, Any]:
     """A plain DataLoader has no position to save: keep what fixes its order (sampler epoch, generator)."""
     state: dict[str, Any] = {}
     sampler = getattr(loader, "sampler", None)
-    if callable(getattr(sampler, "set_epoch", None)) and hasattr(sampler, "epoch"):
+    if sampler is not None and callable(getattr(sampler, "set_epoch", None)) and hasattr(sampler, "epoch"):
         state["sampler"] = {"epoch": int(sampler.epoch), "seed": getattr(sampler, "seed", None)}
     generator = getattr(loader, "generator", None) or getattr(sampler, "generator", None)
     if generator is not None:

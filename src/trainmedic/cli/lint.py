@@ -16,7 +16,7 @@ from trainmedic.lint.formats import format_result
 CLEAN, FINDINGS, USAGE = 0, 1, 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LintOptions:
     """What ``trainmedic lint`` was asked to do (the command line's options, as given)."""
 

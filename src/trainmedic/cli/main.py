@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from trainmedic._version import __version__
 from trainmedic.cli.run_options import RunOptions
@@ -25,8 +26,15 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits it
 )
 
-#: `trainmedic lint --output-format` (trainmedic.lint.formats.FORMATS, not imported until lint runs).
-_OutputFormat = Enum("OutputFormat", {name: name for name in ("text", "json", "sarif", "github")}, type=str)
+
+class _OutputFormat(str, Enum):
+    """`trainmedic lint --output-format` (trainmedic.lint.formats.FORMATS, not imported until lint runs)."""
+
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+    github = "github"
+
 
 #: main() marks where the script's own arguments begin with `--` (cli/script_args.py); this
 #: keeps `run train.py --iters 3` working when the app is called without it (tests, embedding).
@@ -91,7 +99,16 @@ def run(
         )
     name = module if module is not None else args.pop(0)
     options = RunOptions(
-        name, args, module is not None, steps, json_path, html_path, warmup, interval_ms / 1000, quiet, nproc
+        target=name,
+        args=args,
+        module=module is not None,
+        steps=steps,
+        json_path=json_path,
+        html_path=html_path,
+        warmup=warmup,
+        interval_s=interval_ms / 1000,
+        quiet=quiet,
+        nproc=nproc,
     )
     from trainmedic.cli.run import run_target
 
@@ -120,7 +137,15 @@ def attach(
     """
     from trainmedic.cli import attach as attach_command
 
-    options = attach_command.AttachOptions(pid, duration, rate, dump, json_path, html_path, quiet)
+    options = attach_command.AttachOptions(
+        pid=pid,
+        duration=duration,
+        rate=rate,
+        dump=dump,
+        json_path=json_path,
+        html_path=html_path,
+        quiet=quiet,
+    )
     raise typer.Exit(attach_command.run_attach(options, Console(highlight=False), _stderr()))
 
 
@@ -172,7 +197,17 @@ def lint(
     if list_rules:
         raise typer.Exit(lint_command.list_rules(typer.echo))
     fmt = output_format.value if output_format is not None else None
-    options = LintOptions(fmt, json_output, select, ignore, fix, diff, config, isolated, force_exclude)
+    options = LintOptions(
+        output_format=fmt,
+        as_json=json_output,
+        select=select,
+        ignore=ignore,
+        fix=fix,
+        diff=diff,
+        config=config,
+        isolated=isolated,
+        force_exclude=force_exclude,
+    )
     raise typer.Exit(lint_command.run_lint(list(paths or []), options, out=typer.echo, err=_stderr()))
 
 
@@ -243,21 +278,21 @@ def plan(
 
     if list_devices:
         raise typer.Exit(plan_command.list_devices(Console(highlight=False)))
-    spec, *spec_args = items or [None]
+    spec, spec_args = (items[0], items[1:]) if items else (None, [])
     options = plan_command.PlanOptions(
-        spec,
-        device,
-        capacity,
-        batch,
-        precision,
-        max_batch,
-        headroom,
-        json_path,
-        quiet,
-        verify,
-        verify_trace,
-        record,
-        tuple(spec_args),
+        spec=spec,
+        device=device,
+        capacity=capacity,
+        batch=batch,
+        precision=precision,
+        max_batch=max_batch,
+        headroom=headroom,
+        json_path=json_path,
+        quiet=quiet,
+        verify=verify,
+        verify_trace=verify_trace,
+        record=record,
+        spec_args=tuple(spec_args),
     )
     raise typer.Exit(plan_command.run_plan(options, Console(highlight=False), _stderr()))
 
@@ -319,14 +354,14 @@ def preflight(
     from trainmedic.cli import preflight as preflight_command
 
     options = preflight_command.PreflightOptions(
-        tuple(names or ()),
-        tuple(commands or ()),
-        budget,
-        device,
-        session_limit,
-        False if no_resume_check else None,
-        json_path,
-        project,
+        names=tuple(names or ()),
+        commands=tuple(commands or ()),
+        budget=budget,
+        device=device,
+        session_limit=session_limit,
+        resume_check=False if no_resume_check else None,
+        json_path=json_path,
+        project=project,
     )
     raise typer.Exit(preflight_command.run_preflight_command(options, Console(highlight=False), _stderr()))
 
@@ -439,25 +474,25 @@ def tune(
     words = list(items or [])
     spec = None if script is not None or not words else words.pop(0)
     options = tune_command.TuneOptions(
-        spec,
-        script,
-        tuple(words),
-        tuple(sets or ()),
-        device,
-        batch,
-        precision,
-        compile_mode,
-        memory_format,
-        budget,
-        trials,
-        current,
-        exhaustive,
-        headroom,
-        capacity,
-        steps,
-        json_path,
-        html_path,
-        quiet,
+        spec=spec,
+        script=script,
+        script_args=tuple(words),
+        sets=tuple(sets or ()),
+        device=device,
+        batches=batch,
+        precisions=precision,
+        compile=compile_mode,
+        memory_formats=memory_format,
+        budget=budget,
+        trials=trials,
+        current=current,
+        exhaustive=exhaustive,
+        headroom=headroom,
+        capacity=capacity,
+        steps=steps,
+        json_path=json_path,
+        html_path=html_path,
+        quiet=quiet,
     )
     raise typer.Exit(tune_command.run_tune(options, Console(highlight=False), _stderr()))
 
@@ -479,4 +514,7 @@ def _fail(message: str) -> None:
 
 def main() -> None:
     command = typer.main.get_command(app)
-    app(args=mark_script_args(sys.argv[1:], command), prog_name="trainmedic")
+    argv = sys.argv[1:]
+    if isinstance(command, TyperGroup):  # it is: the app has several commands
+        argv = mark_script_args(argv, command)
+    app(args=argv, prog_name="trainmedic")

@@ -35,7 +35,7 @@ EXAMPLE_DEVICES = ("t4", "rtx3090", "rtx4090", "a100-80gb", "h100")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanOptions:
     spec: str | None
     device: str | None

@@ -26,7 +26,7 @@ from trainmedic.preflight.console import render_preflight
 PASSED, PROBLEMS = 0, 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PreflightOptions:
     names: tuple[str, ...]
     commands: tuple[str, ...]
@@ -41,13 +41,13 @@ class PreflightOptions:
 def run_preflight_command(options: PreflightOptions, out: Console, err: Console) -> int:
     """Read the declarations, run them, render the report on ``out``; return the exit code."""
     overrides = Overrides(
-        options.names,
-        options.commands,
-        options.budget,
-        options.device,
-        options.session_limit,
-        options.resume_check,
-        options.project,
+        names=options.names,
+        commands=options.commands,
+        budget=options.budget,
+        device=options.device,
+        session_limit=options.session_limit,
+        resume_check=options.resume_check,
+        project=options.project,
     )
     try:
         settings = load_settings(overrides)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -85,8 +86,11 @@ def emit(
 ) -> None:
     # Files first: a report that fails to render, or a terminal that goes away while it prints,
     # must not take the measured report with it.
-    said = []
-    writers = {"JSON": (json_path, report.write_json), "HTML": (html_path, partial(write_html, report))}
+    said: list[tuple[str, str | None]] = []  # (line, style)
+    writers: dict[str, tuple[Path | None, Callable[[Path], object]]] = {
+        "JSON": (json_path, report.write_json),
+        "HTML": (html_path, partial(write_html, report)),
+    }
     for kind, (path, write) in writers.items():
         if path is None:
             continue

@@ -39,6 +39,8 @@ def launch(options: RunOptions, emit: Callable[[Report], None]) -> int:
     """Run the script on ``options.nproc`` local ranks under torchrun; emit the merged report."""
     # Only the ranks and torchrun import torch: this process merely starts and waits for them.
     require_installed("torch", "torch", "trainmedic run --nproc")
+    nproc = options.nproc
+    assert nproc is not None  # run() launches ranks for --nproc only
     folder = Path(tempfile.mkdtemp(prefix="trainmedic-ranks-"))
     command = (["-m", options.target] if options.module else [options.target]) + options.args
     rank_argv = [
@@ -71,9 +73,9 @@ def launch(options: RunOptions, emit: Callable[[Report], None]) -> int:
             # Ctrl+C reached torchrun and every rank too (one process group): let them finish
             # their reports, then merge what they wrote.
             code = child.wait()
-        report = merge(ranks.read_parts(folder, options.nproc), options.nproc, command)
+        report = merge(ranks.read_parts(folder, nproc), nproc, command)
         if code != 0 and report.exit_code == 0:
-            if _every_rank_completed(report, options.nproc):
+            if _every_rank_completed(report, nproc):
                 # Every script ended with 0 and every part is written: a process failed after
                 # that, while exiting. The measurements stand; the exit code stays the scripts'.
                 report.notes.append(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 
 from trainmedic.cli.output import output_problem
 from trainmedic.errors import DeviceError, MissingExtraError, PlanError, ScriptError, TuneError
@@ -28,7 +28,7 @@ SCRIPT_STEPS = 30
 _SWITCH = {"on": (True,), "off": (False,), "both": (False, True), "auto": (False, True)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TuneOptions:
     spec: str | None
     script: str | None = None
@@ -234,7 +234,7 @@ class _ProgressBar:
     def __init__(self, console: Console, budget_s: float | None, started_at: float | None = None) -> None:
         self.budget_s = budget_s
         self.started = time.monotonic() if started_at is None else started_at
-        columns = [TextColumn("{task.description}")]
+        columns: list[ProgressColumn] = [TextColumn("{task.description}")]
         if budget_s is not None:
             columns.append(BarColumn())
         columns += [TimeElapsedColumn(), TextColumn("{task.fields[best]}")]

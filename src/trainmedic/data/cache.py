@@ -160,7 +160,7 @@ class DiskCache:
         return None
 
     def _open(self) -> dict[str, np.ndarray]:
-        arrays = {}
+        arrays: dict[str, np.ndarray] = {}
         length = self.manifest["length"]
         for entry in self.manifest["fields"]:
             arrays[entry["name"]] = np.memmap(
@@ -194,7 +194,7 @@ class DiskCache:
                     if name not in files:
                         files[name] = opened.enter_context(open(tmp / field_file(name), "wb"))
                         crcs[name] = BlockCrc()
-                    data = memoryview(np.ascontiguousarray(values)).cast("B")
+                    data = np.ascontiguousarray(values).data.cast("B")
                     files[name].write(data)
                     crcs[name].update(data)
             for f in files.values():
@@ -203,10 +203,10 @@ class DiskCache:
         self.seconds = reading.seconds
         crc_blocks = {spec.name: crcs[spec.name].finish() for spec in self.source.specs}
         manifest = build_manifest(self.source, reading.rows, crc_blocks, reading.seconds)
-        with open(tmp / "manifest.json", "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
+        with open(tmp / "manifest.json", "w") as text:
+            json.dump(manifest, text, indent=1)
+            text.flush()
+            os.fsync(text.fileno())
         return manifest
 
     def publish(self, tmp: Path, manifest: dict) -> None:
@@ -240,8 +240,8 @@ class DiskCache:
         mine = (f".tmp-{self.folder.name}-", f".stale-{self.folder.name}-")
         for path in [*self.root.glob(".tmp-*"), *self.root.glob(".stale-*")]:
             try:
-                owner, pid, _ = path.name.split("-", 1)[1].rsplit("-", 2)
-                pid = int(pid)
+                owner, pid_text, _ = path.name.split("-", 1)[1].rsplit("-", 2)
+                pid = int(pid_text)
             except ValueError:
                 continue
             if path.name.startswith(mine):

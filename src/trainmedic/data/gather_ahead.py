@@ -164,6 +164,7 @@ class GatherCrew:
                         f"trainmedic.data could not gather batch {k} of this pass into pinned memory "
                         f"(in a background thread): {type(error).__name__}: {error}"
                     ) from error
+                assert batch.indices is not None  # a batch without indices holds its order's error
                 out = send(self.ring, batch.slot, len(batch.indices))
                 with self.lock:
                     self.handed = k + 1
@@ -227,7 +228,13 @@ class GatherCrew:
                     with self.lock:
                         while not (batch.writable or self.stopping):
                             self.writable.wait()
-                if not batch.errors and not self.stopping:
+                # (indices and fields are there for every batch a thread can claim)
+                if (
+                    not batch.errors
+                    and not self.stopping
+                    and fields is not None
+                    and batch.indices is not None
+                ):
                     self.ring.gather(batch.slot, fields, batch.indices, lo, hi)
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised where it iterates
                 error = exc

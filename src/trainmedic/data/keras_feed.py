@@ -182,7 +182,7 @@ class _Feed:
     def _complete(self) -> bool:
         return self._epoch == self.loader.epoch and len(self._served) >= len(self.loader)
 
-    def _new_pass(self, caller: FrameType) -> None:
+    def _new_pass(self, caller: FrameType | None) -> None:
         if self._complete():
             self._advance()
         # A pass dropped before the end (the model-building read) leaves the epoch where it was.

@@ -23,7 +23,7 @@ class Partition:
 
     def describe(self, count: int, key: str | None = None) -> str:
         text = f"partition {self.index} of {count} (rows {self.start}-{self.stop - 1}"
-        if key is not None and self.key_lo is not None:
+        if key is not None and self.key_lo is not None and self.key_hi is not None:
             text += f", {key} {self.key_lo}..{self.key_hi - 1}"
         return text + ")"
 

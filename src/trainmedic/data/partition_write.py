@@ -107,7 +107,7 @@ def write_partition(
                     f"partition: the data changed during the build. Build again once it is stable."
                 )
             for f in layout:
-                data = memoryview(np.ascontiguousarray(chunk[f.spec.name])).cast("B")
+                data = np.ascontiguousarray(chunk[f.spec.name]).data.cast("B")
                 _pwrite_all(fds[f.spec.name], data, row * f.spec.sample_bytes)
                 crcs[f.spec.name].update(data)
             row += n

@@ -37,8 +37,11 @@ def recipe_for(
     """The recipe of an opened source, or SourceError when it cannot be split or partition_by misfits."""
     if source.kind == "sql":
         from trainmedic.data.partitions_sql import sql_recipe
+        from trainmedic.data.sources.sql import SqlSource
 
-        return sql_recipe(given, source, fields, schema, partition_by)
+        # A query read into a dict of arrays is of kind "sql" too, and lives in memory (below).
+        if isinstance(source, SqlSource):
+            return sql_recipe(given, source, fields, schema, partition_by)
     if partition_by is not None:
         raise SourceError(
             f"partition_by={partition_by!r} splits an SQL query on a key column, but {source.description} is "
@@ -57,7 +60,9 @@ def split(source: Source, recipe: Recipe, count: int) -> Split:
     """At most ``count`` partitions of about equal rows (SQL: of equal key width)."""
     if recipe.kind == "sql":
         from trainmedic.data.partitions_sql import split_sql
+        from trainmedic.data.sources.sql import SqlSource
 
+        assert isinstance(source, SqlSource)  # recipe_for makes an "sql" recipe of one only
         return split_sql(source, recipe, count)
     assert source.length is not None
     return Split(split_rows(source.length, source.chunk_length, count), source.specs, source.length)

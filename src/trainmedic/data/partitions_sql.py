@@ -54,7 +54,7 @@ def sql_recipe(given: Any, source: SqlSource, fields: Any, schema: dict | None, 
             f"cache later with that same query."
         )
     quoted = source._engine.dialect.identifier_preparer.quote(key)
-    names = [fields] if isinstance(fields, str) else None if fields is None else tuple(fields)
+    names = (fields,) if isinstance(fields, str) else None if fields is None else tuple(fields)
     path = source._sqlite_path()
     if path is not None and not path.is_absolute():
         # A worker's working directory is not the caller's (Ray starts it elsewhere).
@@ -110,7 +110,8 @@ def split_sql(source: SqlSource, recipe: Recipe, count: int) -> Split:
                 f"cache could differ from a serial read. Partition by a unique key (the primary key)."
             )
         counts[int(part)] = int(rows)
-    partitions, start = [], 0
+    partitions: list[Partition] = []
+    start = 0
     for p in sorted(counts):
         rows = counts[p]
         partitions.append(

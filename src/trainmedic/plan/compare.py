@@ -116,7 +116,8 @@ class Comparison:
 def planned_events(trace: Trace) -> tuple[list[Event], list[Event]]:
     """The planner's trace as ``(before the step, the steps)`` events, on the GPU (host-only
     step counters left out). Steps count from the first forward; idle time joins the optimizer."""
-    before, steps = [], []
+    before: list[Event] = []
+    steps: list[Event] = []
     # What the trace frees after its last step is the trace ending, not a step of training.
     last_idle = max((i for i, phase in trace.phase_marks if phase == "idle"), default=len(trace.events))
     marks = iter(trace.phase_marks + [(len(trace.events) + 1, "")])
@@ -141,7 +142,8 @@ def planned_events(trace: Trace) -> tuple[list[Event], list[Event]]:
 def before_step_bytes(trace: Trace) -> int:
     """What the build holds on the card before the first step: parameters, buffers and inputs."""
     before, _ = planned_events(trace)
-    model, blocks = CachingAllocatorModel(), {}
+    model = CachingAllocatorModel()
+    blocks: dict[int, Any] = {}
     for event in before:
         _apply(model, blocks, event)
     return model.allocated
@@ -174,7 +176,8 @@ def _apply(model: CachingAllocatorModel, blocks: dict[int, Any], event: Event) -
 
 
 def _peak(model: CachingAllocatorModel, blocks: dict[int, Any], events: list[Event], offset: int) -> PeakSide:
-    peak, at, live = -1, None, ()
+    peak, at = -1, None
+    live: tuple[int, ...] = ()
     born: dict[int, int] = {}
     for event in events:
         _apply(model, blocks, event)

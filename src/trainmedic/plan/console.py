@@ -7,7 +7,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -33,7 +33,7 @@ def render_plan(plan: Plan, console: Console) -> None:
 
 
 def build_plan(plan: Plan) -> Group:
-    parts = [_header(plan), Text(""), _breakdown(plan), Text(""), _verdict(plan)]
+    parts: list[RenderableType] = [_header(plan), Text(""), _breakdown(plan), Text(""), _verdict(plan)]
     if plan.max_batch is not None:
         parts.append(_max_batch(plan))
     if plan.confidence is not None:
@@ -68,7 +68,13 @@ def build_verification(verification: Verification, plan: Plan) -> Group:
     if verification.source != "this machine's GPU":
         title.append(f", recorded in {verification.source}")
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column, justify in (("", "left"), ("planned", "right"), ("measured", "right"), ("error", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("", "left"),
+        ("planned", "right"),
+        ("measured", "right"),
+        ("error", "right"),
+    )
+    for column, justify in columns:
         table.add_column(column, justify=justify, no_wrap=True)
     table.add_row(
         "  peak allocated",
@@ -88,7 +94,7 @@ def build_verification(verification: Verification, plan: Plan) -> Group:
         f"step {c.recorded.step}, {c.recorded.phase}",
         "",
     )
-    parts = [title, table]
+    parts: list[RenderableType] = [title, table]
     if verification.recorded.out_of_memory:
         parts.append(
             Text(
@@ -202,7 +208,7 @@ def _breakdown(plan: Plan) -> Table:
                 "its fastest convolution engines' buffers; it picks others when memory is short",
             )
             table.add_row("= needed at least", format_bytes(plan.needed_floor_bytes), "", "")
-    if plan.margin:
+    if plan.margin and plan.confidence is not None:  # a plan's margin comes with its confidence
         margin = plan.required_bytes - plan.needed_floor_bytes
         table.add_row(
             "  margin",

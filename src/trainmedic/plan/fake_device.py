@@ -12,6 +12,7 @@ what ``nn.Module`` does to real ones. Three context pieces, entered by ``trace_s
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -119,18 +120,23 @@ def modules_stay_on_cpu():
         "double": torch.float64,
         "bfloat16": torch.bfloat16,
     }
+
+    def cast(dtype: torch.dtype) -> Callable[..., torch.nn.Module]:
+        def method(module: torch.nn.Module, dtype: torch.dtype = dtype) -> torch.nn.Module:
+            _convert_in_place(module, dtype, None)
+            return module
+
+        return method
+
     originals = {name: getattr(torch.nn.Module, name) for name in casts}
-    torch.nn.Module.to, torch.nn.Module.cuda = to, lambda module, device=None: module
+    # Patched on the class for the block, on purpose: mypy refuses any assignment to a method.
+    torch.nn.Module.to, torch.nn.Module.cuda = to, lambda module, device=None: module  # type: ignore[method-assign, assignment]
     for name, dtype in casts.items():
-        setattr(
-            torch.nn.Module,
-            name,
-            lambda module, dtype=dtype: (_convert_in_place(module, dtype, None), module)[1],
-        )
+        setattr(torch.nn.Module, name, cast(dtype))
     try:
         yield
     finally:
-        torch.nn.Module.to, torch.nn.Module.cuda = original_to, original_cuda
+        torch.nn.Module.to, torch.nn.Module.cuda = original_to, original_cuda  # type: ignore[method-assign]
         for name, original in originals.items():
             setattr(torch.nn.Module, name, original)
 

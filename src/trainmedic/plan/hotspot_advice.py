@@ -103,7 +103,8 @@ def _attention(alloc: Allocation, total: int) -> str:
 
 def _pairwise(alloc: Allocation) -> str:
     shape = alloc.shape
-    itemsize = alloc.nbytes // max(1, math.prod(shape)) if shape and math.prod(shape) else 4
+    numel = math.prod(shape)
+    itemsize = alloc.nbytes // max(1, numel) if shape and numel else 4
     n, m = shape[-3], shape[-2]
     lead = math.prod(shape[:-3]) if len(shape) > 3 else 1
     compact = lead * n * m * itemsize

@@ -91,19 +91,23 @@ def _plan(
 
     solution = solve_max_batch(build, target, capacity_bytes, precision, headroom)
     at = batch_size if batch_size is not None else max(1, solution.max_batch or 1)
-    plan = solution.plans.get(at)
+    planned = solution.plans.get(at)
     growth_notes: list[str] = []
-    if plan is None or measure_growth:
+    if planned is None or measure_growth:
         trace = solution.traces.get(at) or trace_step(build, at, target, precision)
         companion = (
             _companion(build, trace, solution.traces, target, precision, growth_notes)
             if measure_growth
             else None
         )
-        plan = plan_from_trace(trace, target, capacity_bytes, precision, headroom, companion)
-    plan = dataclasses.replace(plan, max_batch=solution.max_batch, bytes_per_sample=solution.bytes_per_sample)
+        planned = plan_from_trace(trace, target, capacity_bytes, precision, headroom, companion)
+    plan = dataclasses.replace(
+        planned, max_batch=solution.max_batch, bytes_per_sample=solution.bytes_per_sample
+    )
     plan.notes = plan.notes + solution.notes + growth_notes
-    if plan.margin and solution.max_batch:
+    if (
+        plan.margin and solution.max_batch and plan.confidence is not None
+    ):  # a margin comes with its confidence
         plan.notes.append(
             f"max batch keeps {plan.margin:.0%} of the need in reserve for the plan's own error ({plan.confidence.level})"
         )

@@ -111,7 +111,7 @@ def trace_step(
         cuda_autocast = CudaAutocast() if gpu is not None and dtype is not None else None
 
         def autocast():
-            if cuda_autocast is not None:
+            if cuda_autocast is not None and dtype is not None:
                 return cuda_autocast.region(dtype)
             return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
@@ -144,7 +144,8 @@ def trace_step(
         trace.conv_passes = gpu.conv_passes
         trace.notes.extend(conv_notes(device, gpu.conv_sources))
         trace.estimates.extend(conv_estimates(gpu.conv_sources))
-        trace.estimates.extend(on_target.estimates)
+        if isinstance(on_target, FunctionsAsOnTarget):  # it is, on a GPU target
+            trace.estimates.extend(on_target.estimates)
         trace.estimates.extend(gpu.unmodelled)
     return trace
 
@@ -265,7 +266,7 @@ def _adopt_state(
     counted: set[int | None] = set()
     for p in model.parameters():
         sid = tracker.adopt(p, "parameter")
-        trace.parameters.add(sid)
+        _add(trace.parameters, sid)
         if sid in counted:  # one storage under several parameters (an RNN's flat weights)
             continue
         counted.add(sid)
@@ -274,10 +275,15 @@ def _adopt_state(
         if p.requires_grad:
             trace.trainable_bytes += nbytes
     for b in model.buffers():
-        trace.parameters.add(tracker.adopt(b, "buffer"))
+        _add(trace.parameters, tracker.adopt(b, "buffer"))
     for t in tensors_of(inputs):
-        trace.inputs.add(tracker.adopt(t if _is_fake(t) else fake.from_tensor(t), "input"))
-    trace.parameters.discard(None)
+        _add(trace.inputs, tracker.adopt(t if _is_fake(t) else fake.from_tensor(t), "input"))
+
+
+def _add(sids: set[int], sid: int | None) -> None:
+    """Add a tracked storage's id; a storage-less tensor (sparse) has none to add."""
+    if sid is not None:
+        sids.add(sid)
 
 
 @contextlib.contextmanager
@@ -390,7 +396,7 @@ def _one_step(tracker: StorageTracker, trace: Trace, model, inputs, optimizer, l
     del out, loss
     for p in model.parameters():
         if p.grad is not None:
-            trace.gradients.add(tracker.sid_of(p.grad))
+            _add(trace.gradients, tracker.sid_of(p.grad))
     tracker.phase = "optimizer"
     if optimizer is not None:
         optimizer.step()
@@ -399,14 +405,12 @@ def _one_step(tracker: StorageTracker, trace: Trace, model, inputs, optimizer, l
             for key, value in state.items():
                 if isinstance(value, torch.Tensor):
                     sid = tracker.sid_of(value)
-                    trace.optimizer_state.add(sid)
+                    _add(trace.optimizer_state, sid)
                     if key == "step" and value.numel() == 1 and not on_device_steps:
-                        trace.host_only.add(sid)
+                        _add(trace.host_only, sid)
         optimizer.zero_grad(set_to_none=True)
     else:
         model.zero_grad(set_to_none=True)
-    trace.gradients.discard(None)
-    trace.optimizer_state.discard(None)
     tracker.phase = "idle"
 
 

@@ -15,6 +15,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import torch
@@ -79,7 +80,7 @@ def user_frame_where() -> str:
     """``file:line`` of the innermost frame that is the user's code, or "" when the op was
     called from a library or trainmedic itself (an ``nn.Linear`` the planner's step calls, an
     optimizer's internals, a transformers model's forward) rather than from a line the user wrote."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if name.startswith(_OWN_DIR):
@@ -165,7 +166,7 @@ class StorageTracker(TorchDispatchMode):
         """Buffers a kernel takes and gives back in a given order: ``script`` holds sizes to
         allocate and ``("free", i)`` for the i-th of them; the rest are freed at the end, newest first."""
         sids: list[int | None] = []
-        open_ = []
+        open_: list[int] = []
         for step in script:
             if isinstance(step, tuple):
                 sid = sids[step[1]]
@@ -223,7 +224,8 @@ class StorageTracker(TorchDispatchMode):
             # remembers the user's line of the forward op it differentiates.
             node = torch._C._current_autograd_node()
             if node is not None:
-                where, module = node.metadata.get(_WHERE_KEY, ("", ""))
+                # Node.metadata is a dict property; torch's Node declares it as a method.
+                where, module = node.metadata.get(_WHERE_KEY, ("", ""))  # type: ignore[attr-defined]
                 name = f"{name} (backward)"
         in_shapes = tuple(
             tuple(a.shape) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)

@@ -226,7 +226,8 @@ def _toml_parts(text: str) -> list[str]:
 
 def _scan_toml(text: str, found: dict) -> None:
     line_of = _line_of(text)
-    table, arrays = "", {}  # arrays: array-of-tables path -> current index
+    table = ""
+    arrays: dict[str, int] = {}  # array-of-tables path -> current index
     skip_until, offset = 0, 0
     part = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[A-Za-z0-9_\-]+)"""
     key_re = re.compile(rf"""\s*({part}(?:\s*\.\s*{part})*)\s*=""")

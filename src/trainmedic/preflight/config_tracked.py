@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import copy
 
+# Not typing.TYPE_CHECKING: this module loads before the user's code and imports no more than
+# it needs (type checkers read a module-level TYPE_CHECKING as True all the same).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import SupportsIndex
+
 MAX_NODES = 50_000
 _MISSING = object()
 
@@ -76,6 +83,8 @@ class TrackedDict(dict):
     """A ``dict`` that records reads and writes of its keys into its file's record."""
 
     __slots__ = ("_tm_rec", "_tm_paths")
+    _tm_rec: _FileRecord | None
+    _tm_paths: tuple[str, ...]  # every dotted path this node is loaded at (YAML anchors share nodes)
 
     def __new__(cls, *args: object, **kwargs: object) -> TrackedDict:
         self = dict.__new__(cls)
@@ -167,7 +176,9 @@ class TrackedDict(dict):
         for key, value in dict.items(pending):
             self[key] = value
 
-    def __ior__(self, other):
+    # mypy matches an in-place method only against a forward one that is not overloaded, and
+    # typeshed overloads dict.__or__: this signature is the one ``|=`` has on a dict.
+    def __ior__(self, other: object, /) -> TrackedDict:  # type: ignore[misc]
         self.update(other)
         return self
 
@@ -192,6 +203,8 @@ class TrackedList(list):
     """A ``list`` whose every access reads it as one setting and every change writes it."""
 
     __slots__ = ("_tm_rec", "_tm_paths")
+    _tm_rec: _FileRecord | None
+    _tm_paths: tuple[str, ...]
 
     def __new__(cls, *args: object, **kwargs: object) -> TrackedList:
         self = list.__new__(cls)
@@ -248,11 +261,12 @@ class TrackedList(list):
     def __delitem__(self, index):
         return self._tm_change(list.__delitem__, index)
 
-    def __iadd__(self, other):
+    # As for TrackedDict.__ior__: typeshed overloads list.__add__, which mypy cannot match against.
+    def __iadd__(self, other: Iterable[object], /) -> TrackedList:  # type: ignore[misc]
         self._tm_change(list.extend, other)
         return self
 
-    def __imul__(self, n):
+    def __imul__(self, n: SupportsIndex, /) -> TrackedList:
         self._tm_change(list.__imul__, n)
         return self
 

@@ -41,7 +41,10 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-if __package__:
+# Not typing.TYPE_CHECKING: this module loads before the user's code and imports no more than
+# it needs (type checkers read a module-level TYPE_CHECKING as True all the same).
+TYPE_CHECKING = False
+if TYPE_CHECKING or __package__:
     from .config_tracked import MAX_NODES, TrackedDict, TrackedList, _FileRecord, _TooBig, wrap
 else:  # loaded by its path alone, as a child that must not import trainmedic may do
     import importlib.util as _util
@@ -102,7 +105,8 @@ class ConfigTracker:
     def __init__(self, project_root: str) -> None:
         self.root = os.path.realpath(os.fspath(project_root))
         self._records: dict[str, _FileRecord] = {}
-        self._patched: list[tuple[object, object, object]] = []
+        # (module, loader name, original loader), or (PyYAML representer table, tracked class, None)
+        self._patched: list[tuple[object, str, object] | tuple[dict, type, None]] = []
         self._callers: dict[str, bool] = {}  # code file -> is it the project's own code
         excluded = {sys.prefix, sys.base_prefix, sys.exec_prefix}
         if os.environ.get("TRAINMEDIC_PREFLIGHT_DIR"):
@@ -120,11 +124,9 @@ class ConfigTracker:
         import json
 
         self._patch(json, "load")
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ImportError:  # Python 3.10
-            pass
-        else:
+
             self._patch(tomllib, "load")
         for name in ("tomli", "yaml"):
             try:
@@ -146,7 +148,7 @@ class ConfigTracker:
         for owner, attr, original in reversed(self._patched):
             if isinstance(owner, dict):
                 owner.pop(attr, None)
-            else:
+            elif isinstance(attr, str):
                 setattr(owner, attr, original)
         self._patched.clear()
         if self in _active:

@@ -260,7 +260,7 @@ def _where(where: Where | None, root: Path, indent: int = 2) -> list[RenderableT
     loop = where.loop_line is not None and where.loop_line != frame.line
     if loop:
         head += f", inside the loop at line {where.loop_line}"
-    lines = [_indent(head, indent)]
+    lines: list[RenderableType] = [_indent(head, indent)]
     width = len(str(max(frame.line, where.loop_line or 0)))
     if loop and where.loop_source:
         lines.append(_indent(f"{where.loop_line:>{width}} | {where.loop_source}", indent + 2, style="cyan"))
@@ -296,7 +296,7 @@ def _stuck_where(result: ExperimentResult, root: Path) -> list[RenderableType]:
     if progress is not None and progress.iteration is not None:
         head += f", at iteration {progress.iteration}"
         head += f" of {progress.total}" if progress.total is not None else ""
-    lines = [_indent(head)]
+    lines: list[RenderableType] = [_indent(head)]
     inner = where.loop_in_frame and frame.line != where.loop_line
     width = len(str(max(where.loop_line, frame.line if inner else 0)))
     if where.loop_source:

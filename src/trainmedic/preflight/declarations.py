@@ -43,7 +43,7 @@ _GLOBAL_KEYS = ("budget", "device", "session_limit", "resume_check", "experiment
 _EXPERIMENT_KEYS = ("command", "budget", "plan", "batch", "precision", "steps", "step_time", "env", "cwd")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Experiment:
     """One command to run tiny on the CPU, and what is known about its full run."""
 
@@ -79,7 +79,7 @@ class Settings:
     resume_check: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Overrides:
     """The command line: it wins over pyproject.toml."""
 
@@ -183,7 +183,7 @@ def _experiments(table: Any, budget: float, root: Path) -> dict[str, Experiment]
 def _experiment(name: str, value: Any, budget: float, root: Path) -> Experiment:
     where = f"[{TABLE}.experiments] {_key(name)}"
     if isinstance(value, str):
-        return Experiment(name, _command(value, where, name), budget)
+        return Experiment(name=name, command=_command(value, where, name), budget=budget)
     if not isinstance(value, dict):
         raise PreflightError(
             f"{where} = {value!r}: expected a command string or a table, "
@@ -220,16 +220,16 @@ def _experiment(name: str, value: Any, budget: float, root: Path) -> Experiment:
             step_time, f"{where} step_time", 'step_time = "0.62s" (measured on the target GPU)'
         )
     return Experiment(
-        name,
-        command,
-        budget,
-        plan,
-        batch,
-        precision.lower(),
-        steps,
-        step_time,
-        _env(value.get("env", {}), where),
-        _cwd(value.get("cwd"), where, root),
+        name=name,
+        command=command,
+        budget=budget,
+        plan=plan,
+        batch=batch,
+        precision=precision.lower(),
+        steps=steps,
+        step_time=step_time,
+        env=_env(value.get("env", {}), where),
+        cwd=_cwd(value.get("cwd"), where, root),
     )
 
 
@@ -241,7 +241,7 @@ def _ad_hoc(commands: tuple[str, ...], budget: float, taken: set[str], cwd: Path
         while name in taken:  # the same command twice: both run, told apart in the table
             name, n = f"{text} ({n})", n + 1
         taken.add(name)
-        out.append(Experiment(name, text, budget, cwd=cwd, from_command_line=True))
+        out.append(Experiment(name=name, command=text, budget=budget, cwd=cwd, from_command_line=True))
     return out
 
 

@@ -80,7 +80,8 @@ def read_events(path: Path, offset: int = 0) -> Events:
         elif kind == "restore":
             events.restores.append(event)
         elif kind == "save" and isinstance(event.get("step"), int):
-            digests = event.get("digests") if isinstance(event.get("digests"), dict) else {}
+            raw = event.get("digests")
+            digests = raw if isinstance(raw, dict) else {}
             events.saves.append(
                 Save(
                     event["step"],

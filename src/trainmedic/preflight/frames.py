@@ -391,8 +391,10 @@ def _the_loop(loops: list[Loop]) -> Loop:
     def known(attribute: str) -> list[Loop]:
         return [loop for loop in loops if loop.progress and getattr(loop.progress, attribute) is not None]
 
-    totals = known("total")
+    totals = [
+        (loop, loop.progress.total) for loop in loops if loop.progress and loop.progress.total is not None
+    ]
     if totals:
-        return max(totals, key=lambda loop: loop.progress.total)  # the first (outermost) of equals
+        return max(totals, key=lambda pair: pair[1])[0]  # the first (outermost) of equals
     counted = known("iteration")
     return counted[0] if counted else loops[0]

@@ -92,7 +92,7 @@ def loops_around(path: str, line: int) -> list[LoopSite]:
 def read_loops(frame, root: str) -> dict:
     """What a dump writes to ``loops.json``: the project's frames from ``frame`` outwards, each
     with its loops and their progress; ``frame`` is the one a signal handler was given."""
-    frames = []
+    frames: list[dict[str, object]] = []
     cache: dict = {}
     while frame is not None and len(frames) < MAX_FRAMES:
         path = os.path.abspath(frame.f_code.co_filename)
@@ -225,25 +225,27 @@ def _site(loop, text: str) -> LoopSite:
     if kind == "for":
         iterable, target = _unwrapped(loop.iter), loop.target
         name = _called(iterable) if isinstance(iterable, ast.Call) else None
-        if isinstance(target, ast.Name) and name in _RANGES and 1 <= len(iterable.args) <= 3:
-            args = iterable.args
+        call = iterable if isinstance(iterable, ast.Call) else None  # name is None unless it is a call
+        if isinstance(target, ast.Name) and call and name in _RANGES and 1 <= len(call.args) <= 3:
+            args = call.args
             start, stop = (None, args[0]) if len(args) == 1 else (args[0], args[1])
             step = args[2] if len(args) == 3 else None
             return LoopSite(loop.lineno, kind, target.id, start, stop, step, total_text=source(loop.iter))
-        if isinstance(target, ast.Name) and name == "count" and len(iterable.args) <= 2:
-            start = iterable.args[0] if iterable.args else None
-            step = iterable.args[1] if len(iterable.args) > 1 else None
+        if isinstance(target, ast.Name) and call and name == "count" and len(call.args) <= 2:
+            start = call.args[0] if call.args else None
+            step = call.args[1] if len(call.args) > 1 else None
             return _with_break(loop, LoopSite(loop.lineno, kind, target.id, start, step=step), source)
         if (
-            name == "enumerate"
+            call
+            and name == "enumerate"
             and isinstance(target, ast.Tuple)
             and target.elts
             and isinstance(target.elts[0], ast.Name)
-            and iterable.args
+            and call.args
         ):
-            start = iterable.args[1] if len(iterable.args) > 1 else None
-            start = next((k.value for k in iterable.keywords if k.arg == "start"), start)
-            inner = _unwrapped(iterable.args[0])
+            start = call.args[1] if len(call.args) > 1 else None
+            start = next((k.value for k in call.keywords if k.arg == "start"), start)
+            inner = _unwrapped(call.args[0])
             site = LoopSite(
                 loop.lineno, kind, target.elts[0].id, start, sized=inner, total_text=f"len({source(inner)})"
             )
@@ -270,7 +272,7 @@ def _unwrapped(node: ast.expr) -> ast.expr:
 def _with_break(loop, site: LoopSite, source) -> LoopSite:
     """``site`` with the limit of an ``if counter >= n: break`` in the loop's body, and, when it
     has no counter of its own, the ``counter += 1`` of the body (the one tested, if any)."""
-    counters = []
+    counters: list[str] = []
     limits: dict[str, ast.expr] = {}
     equal: dict[str, ast.expr] = {}
     for node in _walk_body(loop):
@@ -295,7 +297,7 @@ def _with_break(loop, site: LoopSite, source) -> LoopSite:
     counter = site.counter
     if counter is None:
         tested = [c for c in counters if c in limits]
-        counter = (tested or counters or [None])[0]
+        counter = next(iter(tested or counters), None)
     if counter is None:
         return site
     bound = limits.get(counter)
@@ -394,7 +396,9 @@ class _Reader:
         container = self.value(node)
         for kind in _SIZED:
             if isinstance(container, kind):
-                return kind.__len__(container)  # the builtin's own, not a subclass's override
+                # The builtin's own, not a subclass's override. (mypy does not tie ``kind`` to the
+                # isinstance test above, so it checks ``container`` against every kind's __len__.)
+                return kind.__len__(container)  # type: ignore[arg-type]
         return None
 
     def _name(self, name: str):
@@ -464,9 +468,8 @@ def _item(base, key, default=_UNKNOWN):
     if isinstance(base, dict) and type(key) in (int, str):
         return dict.get(base, key, default)  # no __missing__, no tracked read
     if isinstance(base, (list, tuple)) and type(key) is int:
-        kind = list if isinstance(base, list) else tuple
         try:
-            return kind.__getitem__(base, key)
+            return list.__getitem__(base, key) if isinstance(base, list) else tuple.__getitem__(base, key)
         except IndexError:
             return _UNKNOWN
     return _UNKNOWN

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypedDict
 
 from trainmedic.preflight import child
 from trainmedic.preflight.estimate import format_budget
 from trainmedic.preflight.events import Events, Save, read_events
-from trainmedic.preflight.model import ResumeCheck
+from trainmedic.preflight.model import ResumeCheck, Where
 from trainmedic.preflight.process import RunOutcome, file_size, run_child
 
 #: What a killed run leaves that would be mistaken for run C's own (its checkpoints and events stay).
@@ -32,6 +33,20 @@ _INSTRUMENT_FILES = (
 )
 
 
+class _Killed(TypedDict):
+    """The verdict's fields that every run C outcome shares (typed, so that ``**base`` is checked)."""
+
+    killed_after_step: int
+    skipped: list[tuple[str, str]]
+
+
+class _Resumed(_Killed):
+    """And those of a run C that restored a step at or after the kill."""
+
+    restored_step: int
+    compared_steps: list[int]
+
+
 def check_resume(
     run_a: Events,
     argv: list[str],
@@ -39,7 +54,7 @@ def check_resume(
     env_for: Callable[[Path, int | None], Mapping[str, str]],
     workdir: Path,
     budget: float,
-    describe_failure: Callable[[RunOutcome], tuple[str, object]],
+    describe_failure: Callable[[RunOutcome], tuple[str, Where | None]],
     progress: Callable[[str], None] = lambda text: None,
 ) -> ResumeCheck:
     steps = run_a.save_steps()
@@ -78,7 +93,7 @@ def check_resume(
     events_c = read_events(dir_b / child.EVENTS, offset)
     restore = events_c.restores[0] if events_c.restores else None
     skipped = _skipped(restore)
-    base = {"killed_after_step": killed, "skipped": skipped}
+    base: _Killed = {"killed_after_step": killed, "skipped": skipped}
     if c.stuck or c.returncode != 0 or c.start_error:
         error, where = describe_failure(c)
         state = (
@@ -104,12 +119,12 @@ def check_resume(
         )
     a_saves, c_saves = run_a.by_step(), events_c.by_step()
     compared = sorted(s for s in c_saves if s > restored and s in a_saves)
-    base.update(restored_step=restored, compared_steps=compared)
+    resumed: _Resumed = {**base, "restored_step": restored, "compared_steps": compared}
     if not compared:
         return ResumeCheck(
             "inconclusive",
             f"resumed from step {restored}, but no later save to compare with the uninterrupted run",
-            **base,
+            **resumed,
         )
     differs = _first_difference(a_saves, c_saves, lambda s: s > restored)
     if differs is not None:
@@ -121,17 +136,19 @@ def check_resume(
             f"the data position) must be passed to ckpt.save() and ckpt.restore()",
             diverged_step=step,
             objects=names,
-            **base,
+            **resumed,
         )
     later = f"{len(compared)} later save{'s' if len(compared) != 1 else ''} compared"
     return ResumeCheck(
         "identical",
         f"resume identical from step {restored} (killed after the save of step {killed}; {later})",
-        **base,
+        **resumed,
     )
 
 
-def _b_did_not_save(b: RunOutcome, kill_at: int, describe_failure) -> ResumeCheck:
+def _b_did_not_save(
+    b: RunOutcome, kill_at: int, describe_failure: Callable[[RunOutcome], tuple[str, Where | None]]
+) -> ResumeCheck:
     if b.stuck:
         return ResumeCheck(
             "resume_failed", f"a second fresh run did not save step {kill_at} within its budget"

@@ -6,6 +6,7 @@ with another run, and a stuck one must not steal another's budget.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -29,11 +30,11 @@ Progress = Callable[[str, str], None]
 
 
 def run_preflight(settings: Settings, progress: Progress | None = None) -> PreflightReport:
-    say = progress or (lambda name, text: None)
+    say: Progress = progress or (lambda name, text: None)
     workdir = Path(tempfile.mkdtemp(prefix="trainmedic-preflight-"))
     try:
         results = [
-            _run_experiment(e, settings, workdir / f"{i:02d}", lambda text, n=e.name: say(n, text))
+            _run_experiment(e, settings, workdir / f"{i:02d}", functools.partial(say, e.name))
             for i, e in enumerate(settings.experiments)
         ]
     finally:

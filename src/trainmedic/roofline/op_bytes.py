@@ -22,6 +22,12 @@ _NO_TRAFFIC = {
 _WRITE_ONLY_TARGET = {"copy_", "fill_", "zero_"}
 
 
+def _writes(argument: torch._C.Argument) -> bool:
+    """Whether the op writes this argument in place (``Tensor(a!)``)."""
+    alias = argument.alias_info
+    return alias is not None and alias.is_write
+
+
 def op_bytes(func: torch._ops.OpOverload, args: tuple, outputs: Any) -> int:
     """Bytes one unfused kernel of ``func`` reads and writes: its tensor inputs and its fresh
     or mutated outputs, each as the tensor passed (numel x element size), not its storage."""
@@ -32,10 +38,7 @@ def op_bytes(func: torch._ops.OpOverload, args: tuple, outputs: Any) -> int:
     # zeros_like(x), new_zeros: the input gives only a shape and a dtype, it is never read.
     metadata_inputs = name.endswith("_like") or name.startswith("new_")
     written = [
-        index < len(schema.arguments)
-        and schema.arguments[index].alias_info is not None
-        and schema.arguments[index].alias_info.is_write
-        for index in range(len(args))
+        index < len(schema.arguments) and _writes(schema.arguments[index]) for index in range(len(args))
     ]
     if not any(written) and _tensor_bytes(outputs) == 0:
         return 0  # a query of metadata (prim.device, sym_size): no kernel runs

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trainmedic._os import pid_alive
 from trainmedic.errors import AttachError
@@ -186,7 +187,7 @@ def _report(job: ProcessTrace, window: _Window) -> Report:
 
 
 def _ranks_report(ranked: list[ProcessTrace], head: Target, window: _Window) -> Report:
-    parts = {}
+    parts: dict[int, dict[str, Any]] = {}  # rank -> its part, as ranks.merge reads them
     world = max((p.target.world_size or 0 for p in ranked), default=0) or len(ranked)
     for process in ranked:
         rank = process.target.rank if process.target.rank is not None else len(parts)

@@ -45,7 +45,7 @@ class Watch:
         measurements = self._session.stop()
         if exc_type is None:
             outcome = RunOutcome(0, "completed")
-        elif issubclass(exc_type, StepLimitReached):
+        elif issubclass(exc_type, StepLimitReached) and exc is not None:
             outcome = RunOutcome(0, "step_limit", f"stopped after {exc.args[0]} steady-state steps")
         elif issubclass(exc_type, KeyboardInterrupt):
             outcome = RunOutcome(130, "interrupted", "interrupted by Ctrl+C (SIGINT)")

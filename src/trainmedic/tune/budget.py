@@ -84,7 +84,7 @@ class Budget:
             and threading.current_thread() is threading.main_thread()
             and signal.getitimer(signal.ITIMER_REAL)[0] == 0
         )
-        if not usable:
+        if left is None or not usable:
             yield
             return
         if left <= 0:

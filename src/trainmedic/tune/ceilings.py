@@ -147,7 +147,7 @@ def _measure(description: str, gpu: torch.device | None) -> Ceilings:
 
 
 def _gpu_peaks(gpu: torch.device) -> dict[str, float]:
-    peaks: dict[str, float] = {}
+    peaks: dict[str, float | None] = {}  # None: not measurable (dropped below)
     ampere_or_later = torch.cuda.get_device_capability(gpu) >= (8, 0)
     before = torch.get_float32_matmul_precision()
     try:

@@ -9,12 +9,13 @@ result (labels, reasons) is escaped.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from trainmedic.run.report.html import esc, nice_axis
 from trainmedic.tune.console import (
     format_span,
 )
-from trainmedic.tune.model import PRECISIONS, Config, Row, TuneResult
+from trainmedic.tune.model import PRECISIONS, Config, Roofline, Row, TuneResult
 from trainmedic.units import finite, format_bandwidth, format_flops
 from trainmedic.units import format_sig3 as sig3
 
@@ -68,6 +69,12 @@ def _key_svg(col: str, dash: str = "", marker: bool = True) -> str:
 # --- throughput against batch size -------------------------------------------------------------
 
 
+def _batch(row: Row) -> int:
+    """The batch size of a row the throughput chart kept: those without one were left out first."""
+    assert row.config.batch_size is not None
+    return row.config.batch_size
+
+
 def throughput_chart(result: TuneResult) -> str:
     """The chart and its legend; a note instead when nothing with a batch size was measured."""
     rows = [r for r in result.rows if r.config.batch_size is not None and r.config.batch_size > 0]
@@ -119,18 +126,16 @@ def throughput_chart(result: TuneResult) -> str:
         col = color(members[0].config.precision)
         dash = _dash(members[0].config)
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        done = [r for r in members if r.status == "measured" and r.measurement]
+        done = [(r, r.measurement) for r in members if r.status == "measured" and r.measurement]
         parts = []
         if done:
-            points = " ".join(
-                f"{xs(r.config.batch_size):.1f},{ys(r.measurement.samples_per_s):.1f}" for r in done
-            )
+            points = " ".join(f"{xs(_batch(r)):.1f},{ys(m.samples_per_s):.1f}" for r, m in done)
             parts.append(
                 f'<polyline class="line" points="{points}" fill="none" stroke="{col}" '
                 f'stroke-width="2"{dash_attr}/>'
             )
-        for r in done:
-            m, x = r.measurement, xs(r.config.batch_size)
+        for r, m in done:
+            x = xs(_batch(r))
             tip = (
                 f"{r.config.label}: {sig3(m.samples_per_s)} {unit} (trials {sig3(m.low)}–{sig3(m.high)}, "
                 f"±{m.spread:.1%}); first step {format_span(m.first_step_s)}"
@@ -146,8 +151,8 @@ def throughput_chart(result: TuneResult) -> str:
         for r in members:
             if r.status not in ("skipped", "failed"):
                 continue  # not run: nothing is known about it, so nothing is drawn
-            b = r.config.batch_size
-            x, y = xs(b), top + ph - 8 - 13 * stacked.get(b, 0)
+            b = _batch(r)
+            x, y = xs(b), float(top + ph - 8 - 13 * stacked.get(b, 0))
             stacked[b] = stacked.get(b, 0) + 1
             tip = esc(f"{r.config.label}: {r.status} — {r.reason or 'no reason recorded'}")
             if r.status == "skipped":
@@ -164,9 +169,9 @@ def throughput_chart(result: TuneResult) -> str:
         out.append(f'<g class="series" data-series="{esc(name)}">{"".join(parts)}</g>')
     for r in measured:
         tag = "best" if r.config == result.best else "tie" if r.config in result.ties else ""
-        if not tag:
+        if not tag or r.measurement is None:
             continue
-        x, y = xs(r.config.batch_size), ys(r.measurement.samples_per_s)
+        x, y = xs(_batch(r)), ys(r.measurement.samples_per_s)
         # Best's label goes above its point, a tie's below: they often share a batch size.
         dy, dash = (-15, "") if tag == "best" else (24, ' stroke-dasharray="3 2"')
         out.append(
@@ -194,7 +199,13 @@ def throughput_chart(result: TuneResult) -> str:
 
 
 def _nofit_zone(
-    rows: list[Row], batches: list[int], xs, left: float, top: float, ph: float, right: float
+    rows: list[Row],
+    batches: list[int],
+    xs: Callable[[float], float],
+    left: float,
+    top: float,
+    ph: float,
+    right: float,
 ) -> str:
     """Shade the batch sizes from which nothing was measured and at least one was skipped."""
     measured = {r.config.batch_size for r in rows if r.status == "measured"}
@@ -203,7 +214,7 @@ def _nofit_zone(
         if b in measured:
             break
         start = b
-    if start is None or not any(r.status == "skipped" and r.config.batch_size >= start for r in rows):
+    if start is None or not any(r.status == "skipped" and _batch(r) >= start for r in rows):
         return ""
     i = batches.index(start)
     x0 = left if i == 0 else (xs(batches[i - 1]) + xs(start)) / 2
@@ -223,8 +234,8 @@ def _precision_rank(precision: str) -> int:
 
 def roofline_chart(result: TuneResult) -> str:
     """Achieved FLOP/s against arithmetic intensity under the device's roofs, both axes log."""
-    pts = [
-        r
+    pts: list[tuple[Row, Roofline]] = [
+        (r, r.roofline)
         for r in result.rows
         if r.status == "measured"
         and r.roofline is not None
@@ -239,12 +250,12 @@ def roofline_chart(result: TuneResult) -> str:
         )
     # The rows' own roofs, not the ceilings': each share in the table was computed against them.
     roofs: dict[str, float] = {}
-    for r in sorted(pts, key=lambda r: _precision_rank(r.config.precision)):
-        roofs.setdefault(r.config.precision, r.roofline.peak_flops)
-    bw = result.ceilings.bandwidth_bytes_per_s if result.ceilings else pts[0].roofline.bandwidth_bytes_per_s
+    for r, rl in sorted(pts, key=lambda p: _precision_rank(p[0].config.precision)):
+        roofs.setdefault(r.config.precision, rl.peak_flops)
+    bw = result.ceilings.bandwidth_bytes_per_s if result.ceilings else pts[0][1].bandwidth_bytes_per_s
     ridges = [p / bw for p in roofs.values()] if bw > 0 else []
-    x_lo, x_hi = _decades([r.roofline.intensity for r in pts] + ridges, 2.0)
-    y_lo, y_hi = _decades([r.roofline.achieved_flops for r in pts] + list(roofs.values()), 1.5)
+    x_lo, x_hi = _decades([rl.intensity for _, rl in pts] + ridges, 2.0)
+    y_lo, y_hi = _decades([rl.achieved_flops for _, rl in pts] + list(roofs.values()), 1.5)
     h, left, right, top, bottom = 420, 112, 24, 20, 50
     pw, ph = _W - left - right, h - top - bottom
 
@@ -303,8 +314,7 @@ def roofline_chart(result: TuneResult) -> str:
             f'<text x="{_W - right - 4}" y="{ys(peak) - 6:.1f}" text-anchor="end" style="fill:'
             f'{color(names[0])};font-weight:600">{esc(" · ".join(names))} {esc(format_flops(peak))}</text>'
         )
-    for r in pts:
-        rl = r.roofline
+    for r, rl in pts:
         x, y = xs(rl.intensity), ys(rl.achieved_flops)
         tip = (
             f"{r.config.label}: {sig3(rl.intensity)} FLOP/B, {format_flops(rl.achieved_flops)} achieved, "

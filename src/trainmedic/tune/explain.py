@@ -9,6 +9,7 @@ bandwidth each size reached.
 
 from __future__ import annotations
 
+from trainmedic.roofline.model import Roofline
 from trainmedic.tune.model import Config, Row, TuneResult
 from trainmedic.tune.ties import within_noise
 from trainmedic.units import format_bandwidth, format_flops, format_seconds, format_sig3
@@ -23,7 +24,7 @@ def explain(result: TuneResult, limits: dict[str, int | None]) -> None:
         )
         return
     result.verdict = _verdict(result, best)
-    why = [_bound(best)] if best.roofline else []
+    why = [_bound(best, best.roofline)] if best.roofline else []
     why += _batch_reason(result, best, limits)
     why += _variant_reasons(result, best)
     result.why = [line for line in why if line]
@@ -55,8 +56,7 @@ def _speed(row: Row) -> str:
     return f"{format_sig3(m.samples_per_s)} {unit} (±{m.spread:.0%})" if m else "-"
 
 
-def _bound(row: Row) -> str:
-    line = row.roofline
+def _bound(row: Row, line: Roofline) -> str:
     ceilings = (
         f"step intensity {line.intensity:.1f} FLOP/byte, ridge {line.ridge:.1f} = "
         f"{format_flops(line.peak_flops)} / {format_bandwidth(line.bandwidth_bytes_per_s)}"
@@ -74,7 +74,7 @@ def _bound(row: Row) -> str:
     )
 
 
-def _above(line) -> str:
+def _above(line: Roofline) -> str:
     if line.share_of_ceiling <= 1.0:
         return ""
     return (
@@ -96,9 +96,10 @@ def _batch_reason(result: TuneResult, best: Row, limits: dict[str, int | None]) 
     if larger:
         return [_larger_not_faster(best, larger[0], on_cpu=result.device == "cpu")]
     smaller = [r for r in series if (r.config.batch_size or 0) < (best.config.batch_size or 0)]
-    if smaller and best.roofline is not None and smaller[0].roofline is not None:
-        first, line = smaller[0], best.roofline
-        grew = line.intensity / first.roofline.intensity if first.roofline.intensity > 0 else 1.0
+    first = smaller[0] if smaller else None
+    if first is not None and best.roofline is not None and first.roofline is not None:
+        first_line, line = first.roofline, best.roofline
+        grew = line.intensity / first_line.intensity if first_line.intensity > 0 else 1.0
         limit = limits.get(best.config.precision)
         capped = (
             f"; batch {best.config.batch_size} is the largest the plan says fits"
@@ -108,7 +109,7 @@ def _batch_reason(result: TuneResult, best: Row, limits: dict[str, int | None]) 
         if grew > 1.2:
             lines.append(
                 f"larger batches were faster up to {best.config.batch_size}: intensity grew {grew:.1f}x from batch "
-                f"{first.config.batch_size} ({first.roofline.intensity:.1f} FLOP/byte) as weights are reused across "
+                f"{first.config.batch_size} ({first_line.intensity:.1f} FLOP/byte) as weights are reused across "
                 f"more samples{capped}"
             )
         else:
@@ -125,7 +126,7 @@ def _batch_reason(result: TuneResult, best: Row, limits: dict[str, int | None]) 
             for r in ladder
             if peak is not None and (r.config.batch_size or 0) > (peak.config.batch_size or 0)
         ]
-        if beyond and peak.config != best.config:
+        if beyond and peak is not None and peak.config != best.config:
             lines.append(
                 f"in the {precision} eager ladder, "
                 + _larger_not_faster(peak, beyond[0], on_cpu=result.device == "cpu")
@@ -148,7 +149,8 @@ def _larger_not_faster(best: Row, larger: Row, on_cpu: bool) -> str:
     if a is None or z is None or a.flops_per_step <= 0 or a.bytes_per_step <= 0:
         return head
     flops, moved = z.flops_per_step / a.flops_per_step, z.bytes_per_step / a.bytes_per_step
-    per_sample = (z.step_s / big) / (a.step_s / b) if a.step_s > 0 and z.step_s > 0 else 1.0
+    timed = a.step_s > 0 and z.step_s > 0
+    per_sample = (z.step_s / big) / (a.step_s / b) if timed and b is not None and big is not None else 1.0
     grew = f"batch {big} does {flops:.1f}x the FLOPs and moves {moved:.1f}x the bytes of batch {b}"
     if z.bound == "bandwidth":
         reason = (
@@ -181,7 +183,7 @@ def _variant_reasons(result: TuneResult, best: Row) -> list[str]:
         if getattr(best.config, field) == off:
             continue
         other = result.row(best.config.replace(**{field: off}))
-        if other is None or other.measurement is None:
+        if other is None or other.measurement is None or best.measurement is None:
             continue
         ratio = best.measurement.samples_per_s / other.measurement.samples_per_s
         if field == "precision":

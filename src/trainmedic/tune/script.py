@@ -112,7 +112,7 @@ def measure_script(
     if code != 0:
         return Row(config, "failed", reason=_failure_line(code, output, report))
     points = [float(s) for s in (report or {}).get("step_seconds", [])]
-    if not points:
+    if not points or report is None:  # (there are no points without a report)
         return Row(
             config,
             "failed",

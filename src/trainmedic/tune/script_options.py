@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from trainmedic._os import kill_group, read_tail
 from trainmedic.errors import TuneError
@@ -203,7 +204,7 @@ def _raise_unknown(
     close: str | None,
     evidence: str,
     hydra: bool = False,
-) -> None:
+) -> NoReturn:
     listed = ", ".join(known[:15]) + (f" (+{len(known) - 15} more)" if len(known) > 15 else "")
     hint = f"did you mean {close}? " if close else ""
     fix = f"--set {close if hydra else close.lstrip('-')}=..." if close else "--set with one of those names"
@@ -237,7 +238,8 @@ def command_for(
 
 def _replace_flag(argv: list[str], spelled: str, spellings: list[str], value: str) -> list[str]:
     end = argv.index("--") if "--" in argv else len(argv)  # after a bare --, tokens are positional
-    out, at, i = [], None, 0
+    out: list[str] = []
+    at, i = None, 0
     while i < end:
         token = argv[i]
         if token in spellings:

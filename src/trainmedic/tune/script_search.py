@@ -61,14 +61,14 @@ def tune_script(
         )
     callbacks = callbacks or Callbacks()
     budget = Budget(budget_s, started_at if started_at is not None else time.monotonic())
-    check_timeout = (
-        CHECK_TIMEOUT_S if budget.seconds is None else max(min(CHECK_TIMEOUT_S, budget.remaining()), 0.0)
-    )
+    left = budget.remaining()
+    check_timeout = CHECK_TIMEOUT_S if left is None else max(min(CHECK_TIMEOUT_S, left), 0.0)
     # Every option is checked before anything is measured (README): --help, else the source.
     try:
         style = check_options(script, list(args), [name for name, _ in parsed], timeout_s=check_timeout)
     except TuneError:
         if budget.spent():  # the check found nothing because it was stopped, not because nothing is there
+            assert budget_s is not None  # a budget is spent only where there is one
             raise TuneError(
                 f"the budget of {format_duration(budget_s)} ran out while checking the options of {script} "
                 "(its --help had not answered); give a larger --budget, e.g. --budget 5m"
@@ -85,6 +85,7 @@ def tune_script(
     try:
         for index, config in enumerate(grid):
             if budget.spent() or not budget.allows(min(run_seconds, default=0.0)):
+                assert budget_s is not None  # both hold only where there is a budget
                 result.stopped_early = (
                     f"the budget of {format_duration(budget_s)} ran out after "
                     f"{len(result.measured)} measured configurations"
@@ -103,6 +104,7 @@ def tune_script(
             )
             if left is not None and row.status == "failed" and budget.spent():
                 # Stopped by the budget, not by anything the script did.
+                assert budget_s is not None
                 result.stopped_early = (
                     f"the budget of {format_duration(budget_s)} ran out while measuring "
                     f"{config.label}, after {len(result.measured)} measured configurations"
@@ -143,8 +145,8 @@ def _one_unit(result: TuneResult) -> None:
             )
         return
     for row in measured:
-        if row.config.batch_size is not None:  # back to steps/s: one unit for the whole table
-            m = row.measurement
+        m = row.measurement  # a measured row's, never None
+        if row.config.batch_size is not None and m is not None:  # back to steps/s: one unit for the table
             row.measurement = dataclasses.replace(
                 m, trials=tuple(t / row.config.batch_size for t in m.trials)
             )

@@ -99,15 +99,15 @@ def tune(
     capacity_bytes = parse_capacity(capacity) if capacity is not None else None
     budget = Budget(budget_s, started_at if started_at is not None else time.monotonic())
     search = _Search(
-        build,
-        target,
-        resolve_device(device),
-        trials,
-        min_trial_s,
-        headroom,
-        budget,
-        callbacks or Callbacks(),
-        capacity_bytes,
+        build=build,
+        target=target,
+        device=resolve_device(device),
+        trials=trials,
+        min_trial_s=min_trial_s,
+        headroom=headroom,
+        budget=budget,
+        callbacks=callbacks or Callbacks(),
+        capacity_bytes=capacity_bytes,
     )
     search.check(batch_sizes, precisions, compile, memory_formats, current_batch)
     try:
@@ -136,7 +136,7 @@ class _BudgetSpent(Exception):
     pass
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Search:
     build: Callable[[int], Any]
     target: str
@@ -431,7 +431,10 @@ class _Search:
             if r.roofline and r.roofline.achieved_flops > 1.05 * r.roofline.peak_flops
         ]
         if above and result.ceilings is not None and result.ceilings.source == "measured":
-            top = max(above, key=lambda r: r.roofline.achieved_flops / r.roofline.peak_flops)
+            top = max(
+                above, key=lambda r: r.roofline.achieved_flops / r.roofline.peak_flops if r.roofline else 0.0
+            )
+            assert top.roofline is not None  # every row of `above` has one
             result.warnings.append(
                 f"{top.config.label} reached {top.roofline.achieved_flops / 1e9:,.0f} GFLOP/s, above the measured "
                 f"{top.config.precision} peak of {top.roofline.peak_flops / 1e9:,.0f}: the ceilings were measured while the "

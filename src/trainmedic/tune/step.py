@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -50,7 +50,8 @@ class TrainingStep:
         self.inputs = _to_device(inputs, device, memory_format)
         self.optimizer = _optimizer(optimizer, model)
         self.loss_fn = loss_fn
-        self.model = torch.compile(model) if config.compile else model
+        # torch.compile of a Module returns an OptimizedModule, a Module; its stubs say only Callable.
+        self.model = cast(torch.nn.Module, torch.compile(model)) if config.compile else model
         dtype = _AUTOCAST.get(config.precision)
         self._autocast = (
             (lambda: torch.autocast(device.type, dtype=dtype))

@@ -92,6 +92,13 @@ def test_a_manifest_that_is_not_json_is_named(tmp_path):
         data.load(tmp_path, progress=False)
 
 
+def test_a_manifest_gone_between_the_check_and_the_open_is_named(tmp_path):
+    # open_source found the manifest; it was removed before ShardedSource read it (another
+    # process deleting the job): a SourceError, not an AttributeError on None.
+    with pytest.raises(SourceError, match="not a trainmedic.batch folder"):
+        ShardedSource(tmp_path)
+
+
 @pytest.mark.slow
 def test_a_job_of_more_shards_than_file_descriptors_reads(tmp_path):
     import subprocess

@@ -32,6 +32,7 @@ class ArraySource(Source):
 
     kind = "dict"
     random_access = True
+    length: int  # the fields' common length, known from the start
 
     def __init__(
         self,
@@ -68,6 +69,10 @@ class ArraySource(Source):
         self.length = check_same_length(
             {s.name: int(self._arrays[s.name].shape[0]) for s in self.specs}, description
         )
+
+    @property
+    def nbytes(self) -> int:  # never None here: the length is known from the start
+        return self.length * self.sample_bytes
 
     def array(self, field: str) -> Any:
         """The stored array or tensor itself (tiers use it without copying when they can)."""
@@ -182,4 +187,4 @@ def to_numpy(value: Any) -> np.ndarray:
 
 
 def _host_bytes(value: Any) -> memoryview:
-    return memoryview(np.ascontiguousarray(to_numpy(value))).cast("B")
+    return np.ascontiguousarray(to_numpy(value)).data.cast("B")

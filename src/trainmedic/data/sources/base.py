@@ -117,7 +117,7 @@ class Source:
 
 
 def select_fields(
-    available: dict[str, FieldSpec], wanted: list[str] | tuple[str, ...] | None, where: str
+    available: dict[str, FieldSpec], wanted: str | list[str] | tuple[str, ...] | None, where: str
 ) -> tuple[FieldSpec, ...]:
     """Pick ``wanted`` fields (all when None) in the order asked; an unknown name lists the known."""
     if wanted is None:

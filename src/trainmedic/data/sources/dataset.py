@@ -25,6 +25,7 @@ class DatasetSource(Source):
     kind = "dataset"
     random_access = False
     sees_changes = False
+    length: int  # a map-style Dataset's len(), known from the start
 
     def __init__(self, dataset: Any, fields: list[str] | None = None) -> None:
         self.dataset = dataset

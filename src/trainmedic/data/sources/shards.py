@@ -42,6 +42,10 @@ class ShardedSource(Source):
             manifest = read_manifest(self.path)
         except BatchError as exc:
             raise SourceError(str(exc)) from None
+        if manifest is None:  # open_source saw one: the folder changed since
+            raise SourceError(
+                f"{self.description!r} has no {MANIFEST} (any more); it is not a trainmedic.batch folder."
+            )
         if not manifest.get("complete"):
             done = len(manifest.get("shards", []))
             raise SourceError(
@@ -65,7 +69,8 @@ class ShardedSource(Source):
                     f"(rows {entry['start']}..{entry['stop']}); delete the folder and generate it again."
                 )
             self._keep(index, shard)
-        self.specs = select_fields({s.name: s for s in first_specs}, fields, self.description)
+        # A complete manifest lists at least one shard (entries[-1] above), so first_specs is set.
+        self.specs = select_fields({s.name: s for s in first_specs or ()}, fields, self.description)
         self.length = int(manifest["samples"])
 
     def _shard(self, index: int) -> Source:

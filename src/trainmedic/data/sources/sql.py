@@ -18,7 +18,7 @@ import hashlib
 import importlib.util
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 import numpy as np
@@ -109,7 +109,7 @@ class SqlSource(Source):
             return FIRST_CHUNK_ROWS
         return super().chunk_rows(target_bytes)
 
-    def iter_chunks(self, rows: int) -> Iterator[dict[str, np.ndarray]]:
+    def iter_chunks(self, rows: int) -> Generator[dict[str, np.ndarray], None, None]:
         """Run the query once and yield its rows decoded, ``rows`` at a time.
 
         ``specs`` is set before the first chunk is yielded, ``length`` after the last."""

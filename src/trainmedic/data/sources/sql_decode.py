@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import numbers
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -129,7 +129,7 @@ class Decoder:
             )
         return self._cast(name, arr, start, dtype)
 
-    def _explain_rows(self, name: str, values: list, start: int, shape: tuple, origin: str) -> None:
+    def _explain_rows(self, name: str, values: list, start: int, shape: tuple, origin: str) -> NoReturn:
         """Raise the error that says which row breaks the array; only runs on bad data."""
         for i, value in enumerate(values):
             if value is None:
@@ -175,6 +175,7 @@ class Decoder:
         if all(isinstance(v, (numbers.Real, Decimal)) for v in values):
             return np.asarray([float(v) for v in values])  # NUMERIC / DECIMAL columns
         odd = next((v for v in values if not isinstance(v, (numbers.Real, Decimal))), values[0])
+        dtype: np.dtype
         if isinstance(odd, (datetime.datetime, datetime.date)):
             dtype = np.dtype("datetime64[us]")
         elif isinstance(odd, datetime.timedelta):

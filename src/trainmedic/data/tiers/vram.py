@@ -29,9 +29,8 @@ class VramTier(Tier):
 
         self.torch = torch
         self.device = device
-        self.tensors = _device_tensors(source, device)
-        if self.tensors is None:
-            self.tensors = self._load(source, progress)
+        on_device = _device_tensors(source, device)
+        self.tensors = on_device if on_device is not None else self._load(source, progress)
         size = sum(t.numel() * t.element_size() for t in self.tensors)
         self.facts.append(
             f"{format_bytes(size)} on {device}; per step: no host-to-device copy, one gather per field"

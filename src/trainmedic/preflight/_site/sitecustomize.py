@@ -25,6 +25,15 @@ from __future__ import annotations
 import os
 import sys
 
+# Not typing.TYPE_CHECKING: this file imports nothing it does not need before the user's code
+# (type checkers read a module-level TYPE_CHECKING as True all the same).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import TextIO
+
+    from trainmedic.preflight.configs import ConfigTracker
+
 # The environment variables and file names below are child.py's constants, spelt out: this file
 # must not import trainmedic. tests/preflight/test_preflight_protocol.py holds them equal.
 
@@ -41,9 +50,9 @@ def _main() -> None:
 class _Child:
     def __init__(self, directory: str) -> None:
         self.dir = directory
-        self.tracker = None
-        self.timeline = None
-        self.loops = None
+        self.tracker: ConfigTracker | None = None
+        self.timeline: TextIO | None = None
+        self.loops: ModuleType | None = None  # loop_progress.py
 
     def install(self) -> None:
         for step in (
@@ -86,8 +95,8 @@ class _Child:
     def _configs(self) -> None:
         configs = _load_module(os.environ.get("TRAINMEDIC_PREFLIGHT_PACKAGE", ""), "configs")
         root = os.environ.get("TRAINMEDIC_PREFLIGHT_ROOT") or os.getcwd()
-        self.tracker = configs.ConfigTracker(root)
-        self.tracker.install()
+        self.tracker = tracker = configs.ConfigTracker(root)
+        tracker.install()
         import atexit
 
         atexit.register(self._write_configs)
@@ -184,6 +193,8 @@ class _Child:
         import time
 
         timeline = self.timeline
+        if timeline is None:  # _imports opens it before it watches for torch
+            return
 
         def after_step(optimizer, args, kwargs):
             timeline.write(f"step {id(optimizer)} {time.perf_counter():.6f}\n")

@@ -209,7 +209,8 @@ def _scope(m: Measurements) -> tuple[Aggregate, str, int]:
 def _findings(
     costs, total, n_steps, stats, m, loops, growing, rising, command=(), launch=None
 ) -> list[Finding]:
-    groups: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    # (category, kind) -> line (None: no line of its own) -> seconds
+    groups: dict[tuple[str, str], dict[str | None, float]] = defaultdict(lambda: defaultdict(float))
     # Which function each line's time was spent in, so advice can name the function to change.
     functions: dict[tuple[str, str], dict[tuple[str | None, str | None], float]] = defaultdict(
         lambda: defaultdict(float)
@@ -378,7 +379,7 @@ def _timeline(m: Measurements, mapping, breakdown) -> list[TimelinePoint]:
         shares = dict.fromkeys(CATEGORIES, 0.0)
         slots = vectors.get(index)
         sampled = sum(slots) if slots else 0.0
-        if sampled > 0:
+        if sampled > 0 and slots:
             for slot, weight in zip(SLOTS, slots):
                 for category, fraction in mapping.get(slot, {}).items():
                     shares[category] += weight * fraction / sampled

@@ -169,7 +169,7 @@ def _on_clock(
         def rest(point: TimelinePoint) -> float:
             slots = per_step.get(point.step)
             sampled = sum(slots) if slots else 0.0
-            if sampled <= 0:  # a step shorter than the sampling interval: the run's own split
+            if sampled <= 0 or not slots:  # a step shorter than the sampling interval: the run's own split
                 return clock(point) - seconds(point, best)
             return sum(slots[i] for i in apart) / sampled * clock(point)
 

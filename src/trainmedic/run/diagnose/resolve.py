@@ -196,10 +196,10 @@ def _working_lines(
     """A function's lines outside its loop whose few calls each take far past the floor. Only
     where the function makes many times more calls than such a line (a loop inside the step):
     when each step is one sample, every line of the loop makes a few calls a step."""
-    working = set()
+    working: set[str] = set()
     for where, seconds in by_line.items():
         line = census.by_line.get(where) if where is not None else None
-        if line is None or not line.calls:
+        if where is None or line is None or not line.calls:
             continue
         line_calls = line.calls / census.steps
         if line_calls > OUTSIDE_LOOP_CALLS or line_calls * OUTSIDE_LOOP_RATIO > function_calls:
@@ -207,7 +207,7 @@ def _working_lines(
         per_call = seconds / steps / line_calls
         if per_call > TINY_MAX_FLOORS_PER_CALL * line.floor_s / line.calls:
             working.add(where)
-    return frozenset(working)  # type: ignore[arg-type]
+    return frozenset(working)
 
 
 def _own_time(key: LineKey, census: Census) -> bool:
@@ -241,8 +241,8 @@ def resolve(
         if slot in PLAIN:
             if in_loop:
                 category, kind = TINY_OPS, "per-sample loop"
-            elif measured:
-                category, kind = _by_calls(where, function, census)  # type: ignore[arg-type]
+            elif measured and census is not None:
+                category, kind = _by_calls(where, function, census)
             elif outside:
                 category, kind = (
                     (DATA, "disk") if where is not None and _reads_a_file(where) else (HOST_OTHER, OWN_CODE)
@@ -253,7 +253,11 @@ def resolve(
                 )
             else:
                 category, kind = COMPUTE, "user code"
-        elif in_loop and (not measured or _own_time(key, census)) and kind not in _FIXED_KINDS:  # type: ignore[arg-type]
+        elif (
+            in_loop
+            and (not measured or census is None or _own_time(key, census))
+            and kind not in _FIXED_KINDS
+        ):
             if category in (COMPUTE, DATA):
                 category, kind = TINY_OPS, "per-sample loop"
         costs.append(Cost(slot, category, kind, where, function, weight))
@@ -267,7 +271,7 @@ def _by_calls(where: str | None, function: str | None, census: Census) -> tuple[
         return _of(line)
     owner = enclosing_function(function) if function is not None else None
     tally = census.by_function.get(owner) if owner is not None else None
-    if tally is not None and tally.calls and not owner.endswith(":<module>"):  # type: ignore[union-attr]
+    if owner is not None and tally is not None and tally.calls and not owner.endswith(":<module>"):
         return _of(tally)  # a helper's line between its calls (a tokenizer's loop in get_batch)
     if where is not None and _reads_a_file(where):
         return DATA, "disk"
@@ -282,17 +286,17 @@ def enclosing_function(function: str) -> str:
     if path is None or name not in _NESTED_CODES:
         return function
     tree = read_tree(path)
-    owner: ast.AST | None = None
+    owner: ast.FunctionDef | ast.AsyncFunctionDef | None = None
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= first <= (
             node.end_lineno or node.lineno
         ):
-            if owner is None or node.lineno > owner.lineno:  # type: ignore[attr-defined]
+            if owner is None or node.lineno > owner.lineno:
                 owner = node
     if owner is None:
         return f"{path}:1:<module>"
-    start = min([owner.lineno, *(d.lineno for d in owner.decorator_list)])  # type: ignore[attr-defined]
-    return f"{path}:{start}:{owner.name}"  # type: ignore[attr-defined]
+    start = min([owner.lineno, *(d.lineno for d in owner.decorator_list)])
+    return f"{path}:{start}:{owner.name}"
 
 
 def _of(tally: CallTally) -> tuple[str, str]:

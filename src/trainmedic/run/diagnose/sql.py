@@ -258,11 +258,11 @@ def _where(
     conjuncts = _conjuncts(body)
     if conjuncts is None:
         if not any(t.kind == "param" and t.key in varying for t in body):
-            kept = _render(body, consts)
+            whole = _render(body, consts)
             return (
-                ([kept] if kept else []),
+                ([whole] if whole else []),
                 [],
-                None if kept is not None else "its WHERE clause has values that cannot be written into SQL",
+                None if whole is not None else "its WHERE clause has values that cannot be written into SQL",
             )
         return [], [], "its WHERE clause combines a per-batch condition with OR"
     kept: list[str] = []

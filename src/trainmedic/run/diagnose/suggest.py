@@ -250,7 +250,9 @@ def _decoded_dtype(caller: str | None) -> str | None:
 
 def _arguments(text: str, start: int) -> list[str]:
     """The top-level arguments of the call whose ``(`` ends just before ``start``."""
-    args, depth, current = [], 0, []
+    args: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text[start : start + 2000]:
         if char in "([{":
             depth += 1

@@ -24,11 +24,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmedic.run.probe.clock import StepClock
 from trainmedic.run.probe.decimate import Decimator
 from trainmedic.run.probe.patches import Patches
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 #: The torch.distributed functions that block every rank until all have called them.
 COLLECTIVES = (
@@ -111,7 +114,7 @@ class CollectiveTimer:
 
     # -- DDP ------------------------------------------------------------------------------------
 
-    def _patch_ddp(self, ddp: type) -> None:
+    def _patch_ddp(self, ddp: type[DistributedDataParallel]) -> None:
         timer = self
         forward, register = ddp.forward, ddp.register_comm_hook
 

@@ -38,7 +38,7 @@ def describe(nvml: NvmlSampler | None = None) -> DeviceInfo:
     }
     if torch is not None:
         details["torch"] = torch.__version__
-    if cuda_in_use():
+    if torch is not None and cuda_in_use():
         index = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
         details.update(

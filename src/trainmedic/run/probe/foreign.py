@@ -27,7 +27,7 @@ from trainmedic.run.probe.pyspy import PyFrame
 _PACKAGE_FOLDERS = ("site-packages", "dist-packages")
 _STDLIB = re.compile(r"/lib/python3\.\d+t?/")
 _FROZEN = re.compile(r"^<frozen ([\w.]+)>$")
-_COMPREHENSIONS = {
+_COMPREHENSIONS: dict[str, type[ast.expr]] = {
     "<listcomp>": ast.ListComp,
     "<setcomp>": ast.SetComp,
     "<dictcomp>": ast.DictComp,
@@ -152,12 +152,11 @@ def _functions(filename: str) -> tuple[tuple[type | None, str, int, int, int], .
     if tree is None:
         return ()
     kinds = tuple(_COMPREHENSIONS.values())
-    found = []
+    found: list[tuple[type | None, str, int, int, int]] = []
     for node in ast.walk(tree):
-        end = getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            found.append((None, node.name, node.lineno, end, first))
+            found.append((None, node.name, node.lineno, node.end_lineno or node.lineno, first))
         elif isinstance(node, kinds):
-            found.append((type(node), "", node.lineno, end, node.lineno))
+            found.append((type(node), "", node.lineno, node.end_lineno or node.lineno, node.lineno))
     return tuple(found)

@@ -291,8 +291,10 @@ class FrameClassifier:
         if user_frame is not None:
             user_code = user_frame.f_code
             where = self.where(user_code.co_filename, user_frame.f_lineno or 0)
-        if user_code is not None and (
-            data_kind in ("loader", "transform") or (data_kind is None and decisive is None)
+        if (
+            user_frame is not None
+            and user_code is not None
+            and (data_kind in ("loader", "transform") or (data_kind is None and decisive is None))
         ):
             # The user's line is inside a C call (no frame of its own): its text is the witness.
             line = self.line_family(user_code.co_filename, user_frame.f_lineno or 0)

@@ -54,7 +54,7 @@ class KerasHooks:
         for ref, wrapper in self._peeked:
             model = ref()
             if model is not None and getattr(model, "train_function", None) is wrapper:
-                model.train_function = wrapper.__wrapped__  # type: ignore[attr-defined]
+                model.train_function = wrapper.__wrapped__
         self._peeked.clear()
         self.installed = False
 
@@ -102,7 +102,7 @@ class KerasHooks:
             # fit has built its train function by now (make_train_function runs first).
             model = getattr(callbacks, "model", None)
             function = getattr(model, "train_function", None)
-            if callable(function) and not getattr(function, "_trainmedic_peek", False):
+            if model is not None and callable(function) and not getattr(function, "_trainmedic_peek", False):
                 model.train_function = peek(model, function)
             return original(callbacks, *args, **kwargs)
 

@@ -250,15 +250,19 @@ def _loop_sites(filename: str) -> dict[Any, list[_Site]]:
 
 
 def _site(node: ast.AST) -> _Site | None:
-    last = getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
     if isinstance(node, (ast.For, ast.AsyncFor)):
+        last = _last(node)
         return _Site(node.lineno, last, node.lineno, (node.body[0].lineno, node.body[-1].end_lineno or last))
     if isinstance(node, ast.While):
         forever = isinstance(node.test, ast.Constant) and bool(node.test.value)
-        return _Site(node.lineno, last, node.body[0].lineno if forever else node.lineno, None)
+        return _Site(node.lineno, _last(node), node.body[0].lineno if forever else node.lineno, None)
     if isinstance(node, _COMPREHENSIONS):
-        return _Site(node.lineno, last, node.lineno, None)
+        return _Site(node.lineno, _last(node), node.lineno, None)
     return None
+
+
+def _last(node: ast.stmt | ast.expr) -> int:
+    return node.end_lineno or node.lineno
 
 
 def _signal_number() -> int | None:
@@ -312,7 +316,9 @@ class LoopClock:
             )
             return
         self.loop = loop
-        signal.pthread_kill(self._thread.ident, self._signal)
+        ident = self._thread.ident
+        if ident is not None:  # None only before the thread starts
+            signal.pthread_kill(ident, self._signal)
 
     def _on_signal(self, _signum: int, frame: FrameType | None) -> None:
         loop = self.loop

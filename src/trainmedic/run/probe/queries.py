@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from trainmedic.run.probe.source_facts import Column, Query
@@ -170,7 +171,7 @@ def _kind(value: Any) -> str:
 
 
 def user_caller() -> str | None:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     depth = 0
     while frame is not None and depth < 200:
         filename = frame.f_code.co_filename

@@ -11,6 +11,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import CodeType
+from typing import overload
 
 from trainmedic.categories import CATEGORIES
 from trainmedic.run.probe.by_code import ByCode
@@ -28,6 +29,10 @@ _SLOT = {name: i for i, name in enumerate(SLOTS)}
 LineKey = tuple[str, str, "str | None", "str | None"]
 
 
+@overload
+def function_key(code: CodeType) -> str: ...
+@overload
+def function_key(code: CodeType | None) -> str | None: ...
 def function_key(code: CodeType | None) -> str | None:
     if code is None:
         return None

@@ -29,6 +29,7 @@ import re
 import sqlite3
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from trainmedic.run.probe.patches import Patches
@@ -49,7 +50,7 @@ _active: SourceRecorder | None = None
 
 
 class _RecordingCursor(sqlite3.Cursor):
-    def execute(self, sql: Any, *args: Any) -> Any:  # type: ignore[override]
+    def execute(self, sql: Any, *args: Any) -> Any:
         db = getattr(self.connection, "_trainmedic_db", None)
         if db is not None:
             db.run(sql, args[0] if args else ())
@@ -61,13 +62,13 @@ class _RecordingConnection(sqlite3.Connection):
 
     _trainmedic_db: DatabaseStats | None = None
 
-    def execute(self, sql: Any, *args: Any) -> Any:  # type: ignore[override]
+    def execute(self, sql: Any, *args: Any) -> Any:
         db = self._trainmedic_db
         if db is not None:
             db.run(sql, args[0] if args else ())
         return super().execute(sql, *args)
 
-    def cursor(self, factory: Any = None) -> Any:  # type: ignore[override]
+    def cursor(self, factory: Any = None) -> Any:
         return super().cursor(_RecordingCursor if factory is None else factory)
 
 
@@ -380,7 +381,7 @@ def _dataset_key(group: Any, name: Any, file_type: type) -> str | None:
 
 def _called_from(prefixes: tuple[str, ...]) -> bool:
     """True when a frame of a module under one of ``prefixes`` is on the caller's stack."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     depth = 0
     while frame is not None and depth < 200:
         module = frame.f_globals.get("__name__")
@@ -395,7 +396,7 @@ def _called_from(prefixes: tuple[str, ...]) -> bool:
 
 def _name_of(obj: Any) -> str | None:
     """The name the user's code holds ``obj`` by, in the innermost user frame on the stack."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     depth = 0
     while frame is not None and depth < 200:
         if is_user_file(frame.f_code.co_filename):

@@ -105,22 +105,21 @@ def _timed(dataset: Any, indices: list[int]) -> tuple[int, float]:
 
 def _innermost_holder(profiler: cProfile.Profile, classifier: FrameClassifier) -> tuple[Any, float] | None:
     """The user's function with the least cumulative time among those holding ``HOLDS`` of it all."""
-    entries = [e for e in profiler.getstats() if not isinstance(e.code, str)]
+    # (code, cumulative seconds) of Python functions: a built-in's entry names it with a str
+    entries = [(e.code, e.totaltime) for e in profiler.getstats() if not isinstance(e.code, str)]
     timed = _timed.__code__
-    total = max((e.totaltime for e in entries if e.code is timed), default=0.0)
+    total = max((seconds for code, seconds in entries if code is timed), default=0.0)
     if total <= 0:
         return None
     holders = [
-        e
-        for e in entries
-        if e.totaltime >= HOLDS * total
-        and e.code is not timed
-        and classifier.is_user_file(e.code.co_filename)
+        (code, seconds)
+        for code, seconds in entries
+        if seconds >= HOLDS * total and code is not timed and classifier.is_user_file(code.co_filename)
     ]
     if not holders:
         return None
-    inner = min(holders, key=lambda e: e.totaltime)
-    return inner.code, inner.totaltime / total
+    code, seconds = min(holders, key=lambda holder: holder[1])
+    return code, seconds / total
 
 
 def _cores() -> int:

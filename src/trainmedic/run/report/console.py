@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -35,7 +35,7 @@ def render_console(report: Report, console: Console) -> None:
 
 
 def build(report: Report) -> Group:
-    parts = [_header(report)]
+    parts: list[RenderableType] = [_header(report)]
     if report.evidence != "none":  # shares of a run that never reached a step would mislead
         parts += [Text(""), _breakdown(report)]
     if report.ranks:
@@ -174,7 +174,7 @@ def _ranks(report: Report) -> Group:
             style="bold" if r.rank == straggler else "",
         )
         table.add_row(*head, *([r.outcome] if outcomes else []), str(r.steps), *cells, mark)
-    lines = [table]
+    lines: list[RenderableType] = [table]
     if report.straggler is not None:
         lines.append(Text(report.straggler.text, style="bold"))
     for r in report.ranks:

@@ -104,6 +104,7 @@ def tune_pointer(ctx: Context) -> str:
         )
     script, args = ctx.command[0], list(ctx.command[1:])
     found = _batch_in_args(args)
+    name: str | None
     if found is not None:
         name, value, rest = found
         current = _positive_int(value) or _model_batch(ctx)

@@ -124,7 +124,9 @@ def batch_site(ctx: Context) -> str | None:
 
 
 def _module_level(ctx: Context) -> bool:
-    return bool(ctx.function) and split_function_key(ctx.function)[2] == "<module>"  # type: ignore[arg-type]
+    if not ctx.function:
+        return False
+    return split_function_key(ctx.function)[2] == "<module>"
 
 
 def _function(ctx: Context) -> tuple[str | None, bool]:
@@ -172,7 +174,7 @@ def _within_function(path: str, first: int, line: int) -> bool:
     return node is not None and _spans(node, line)
 
 
-def _function_node(path: str, first: int) -> ast.AST | None:
+def _function_node(path: str, first: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     tree = read_tree(path)
     if tree is None:
         return None
@@ -186,7 +188,7 @@ def _function_node(path: str, first: int) -> ast.AST | None:
     return None
 
 
-def _spans(node: ast.AST, line: int) -> bool:
+def _spans(node: ast.stmt | ast.expr, line: int) -> bool:
     return node.lineno <= line <= (node.end_lineno or node.lineno)
 
 
