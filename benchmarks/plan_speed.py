@@ -7,7 +7,7 @@ memory, not in the time) and is repeated; the median time and the largest peak R
 - ``trainmedic plan``: ``plan_memory(build, 8, device="h100", precision="bf16")`` — build under
   fake tensors, two full steps (forward, backward, AdamW), allocator replay, hotspots;
 - baseline: PyTorch's own ``MemTracker`` (``torch.distributed._tools.mem_tracker``) on the same
-  fake model for the same two steps on the CPU, the anchor DESIGN.md names; its peak is printed
+  fake model for the same two steps on the CPU, the reference the plan is checked against; its peak is printed
   next to ``--device cpu``'s for the same step.
 
     python benchmarks/plan_speed.py            # ~1 min; exit 0 when the goal is met

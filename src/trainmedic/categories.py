@@ -1,4 +1,4 @@
-"""The vocabulary of where a training step's time goes (see DESIGN.md).
+"""The vocabulary of where a training step's time goes (docs/how-run-measures.md).
 
 Every report splits steady-state wall time into these categories, in this order; the order is
 also the order of the JSON ``breakdown`` object and of the stacked bars in the HTML report.

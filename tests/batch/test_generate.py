@@ -91,6 +91,7 @@ def test_a_job_killed_with_sigkill_and_run_again_is_byte_identical_to_an_uninter
     assert files(tmp_path / "resumed") == whole
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_stop_signal_finishes_the_shard_saves_it_and_exits_cleanly(tmp_path, signame, whole):
     stopped = run_job(tmp_path / "job", stop_after=30, signame=signame)
@@ -108,6 +109,7 @@ def test_a_stop_signal_finishes_the_shard_saves_it_and_exits_cleanly(tmp_path, s
     assert files(tmp_path / "job") == whole
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("generator", ["global", "global_loop"])
 def test_global_random_draws_resume_exactly_too_batched_or_looped(tmp_path, generator):
     assert_killed_and_resumed_is_whole(tmp_path, generator=generator)

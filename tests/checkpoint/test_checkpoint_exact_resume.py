@@ -16,6 +16,9 @@ import pytest
 import torch
 from ckpt_kit import ForkedChild, assert_same
 
+# Every test here shares a module-scoped run or traces several models: seconds, not milliseconds.
+pytestmark = pytest.mark.slow
+
 
 class Reference:
     def __init__(self, directory):
@@ -74,7 +77,6 @@ def resume(tmp_path, variant: str, run: int) -> ForkedChild:
     return child
 
 
-@pytest.mark.slow
 def test_trainmedic_data_run_killed_twice_mid_epoch_ends_bit_identical(tmp_path, reference):
     # 12 batches per epoch: 23 and 43 are mid-epoch. Saved every 5 steps, so each resume starts
     # from an earlier step and replays a few: the replay must be exact too.

@@ -142,6 +142,7 @@ def launcher(tm):
                 os.kill(int(worker), signal.SIGKILL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [[], ["--dump"]], ids=["sample", "dump"])
 def test_a_pid_no_process_has(tm, mode):
     pid = _unused_pid()

@@ -19,6 +19,9 @@ from trainmedic.plan.scaling import Growth, growth_of, named_sizes, other_batch,
 from trainmedic.plan.tracker import Allocation
 from trainmedic.units import parse_bytes
 
+# Every test here shares a module-scoped run or traces several models: seconds, not milliseconds.
+pytestmark = pytest.mark.slow
+
 SOURCE = Path(__file__).with_name("nano_style.py")
 CONFIGS = {"cpu": dict(device="cpu"), "a100-bf16": dict(device="a100-40gb", precision="bf16")}
 BATCH = 8
@@ -43,7 +46,6 @@ def lines_of(plan) -> set[str]:
     return {h.where.rsplit("/", 1)[-1] for h in plan.hotspots}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS)
 def test_the_logits_and_their_loss_grow_with_the_batch_and_the_advice_says_so(config):
     plan = planned(config)

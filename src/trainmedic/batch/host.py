@@ -10,7 +10,7 @@ not the generating one, waits for the last copy of a shard before it reads the b
 Pinned memory is slow to allocate and scarce, so a shard's buffers come from a pool of
 ``depth + 2`` sets (one being filled, ``depth`` waiting for the writer, one being written),
 made on first use and reused shard after shard. Stage times on CUDA come from CUDA events: a
-host timer would see only the launches (DESIGN.md: CPU timers misattribute asynchronous work).
+host timer would see only the launches: CPU timers misattribute asynchronous work.
 """
 
 from __future__ import annotations

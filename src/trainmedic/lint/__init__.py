@@ -1,4 +1,4 @@
-"""``trainmedic lint``: the seeds' pitfalls as static rules, aware of training loops.
+"""``trainmedic lint``: training pitfalls as static rules, aware of training loops.
 
 The linter parses code with :mod:`ast`; it never imports or runs it, so it works on code whose
 dependencies (TensorFlow, Lightning, a GPU) are not installed.

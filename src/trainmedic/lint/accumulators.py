@@ -122,7 +122,7 @@ def _bounded(context: ModuleContext, key: str) -> bool:
 
 
 def grown_elsewhere(context: ModuleContext, call: ast.Call, key: str) -> ast.AST | None:
-    """Seed 004 #2: a step-time method concatenates a pool that other methods append to."""
+    """A step-time method concatenates a pool that other methods append to (a replay pool)."""
     scope = context.scope_of(call)
     if next(context.enclosing_loops(call), None) is not None or context.step_context(call) is not scope:
         return None

@@ -15,6 +15,9 @@ import pytest
 from scenarios.test_zoo import HERE, diagnose
 from warm_kit import run_python
 
+# Every test here shares a module-scoped run or traces several models: seconds, not milliseconds.
+pytestmark = pytest.mark.slow
+
 _reports: dict[str, dict] = {}
 
 
@@ -59,7 +62,6 @@ def _seconds(value: str, unit: str) -> float:
 # -- nanoGPT's train.py shape: module-level loop, GradScaler, accumulation, fetch after forward --
 
 
-@pytest.mark.slow
 def test_a_healthy_nanogpt_loop_has_no_tiny_ops_finding(nanogpt):
     assert nanogpt["bottleneck"] == "compute", nanogpt["breakdown"]
     assert not [f for f in nanogpt["findings"] if f["category"] == "tiny_ops"], nanogpt["findings"]
@@ -84,7 +86,6 @@ def test_no_evidence_reads_unbounded(nanogpt):
     assert not [f["evidence"] for f in nanogpt["findings"] if "unbounded" in f["evidence"]]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "name", ["nanogpt_style_compute.py", "per_sample_in_step.py", "np_load_vs_compute.py"]
 )
@@ -114,7 +115,6 @@ def _ablation_gain() -> float:
     return float(match.group(1)) / float(match.group(2))
 
 
-@pytest.mark.slow
 def test_the_per_sample_loops_gain_is_not_the_whole_steps(per_sample):
     top = per_sample["findings"][0]
     assert top["category"] == "tiny_ops", per_sample["findings"]
@@ -127,7 +127,6 @@ def test_the_per_sample_loops_gain_is_not_the_whole_steps(per_sample):
 # -- np.load every step: the finding whose fix buys the most comes first, not the largest share --
 
 
-@pytest.mark.slow
 def test_the_data_finding_leads_even_when_compute_is_a_little_larger(np_load):
     assert np_load["findings"][0]["category"] == "data", np_load["findings"]
 

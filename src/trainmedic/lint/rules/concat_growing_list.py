@@ -57,7 +57,7 @@ RULE = Rule(
     why=(
         "Concatenating a list copies every element into a new tensor. When the list gains an entry\n"
         "every step and is concatenated every step, step N copies N entries: the total is quadratic\n"
-        "and the step time grows all run long. Seed 004 #2: torch.cat(self.x_pool) over a 512K-entry\n"
+        "and the step time grows all run long. torch.cat(self.x_pool) over a 512K-entry\n"
         "trajectory pool in the per-step sample() took ~0.5 s per step against ~0.05 s of\n"
         "forward/backward, so training ran 10x slower than necessary."
     ),

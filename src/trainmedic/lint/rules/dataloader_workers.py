@@ -316,7 +316,7 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
             if kind == "database":
                 advice += (
                     " and open the connection lazily in each worker: a DB session cannot be pickled into "
-                    "workers (why num_workers > 0 failed in seed 003)"
+                    "workers (the usual reason num_workers > 0 fails with a database)"
                 )
             yield (
                 call,
@@ -357,9 +357,9 @@ RULE = Rule(
     summary="A DataLoader over a Dataset that reads files or a database, with no worker processes.",
     why=(
         "With num_workers=0 every __getitem__ (open, decode, query) runs in the training process,\n"
-        "one sample after another, while the GPU waits. Seed 003 queried PostgreSQL per item with\n"
-        "num_workers=0 (workers failed because the DB session could not be pickled): GPU at 8-30 %.\n"
-        "Seed 000 #5 read HDF5 in the training loop: 37 s/step, GPU 0 %. With workers but without\n"
+        "one sample after another, while the GPU waits. A PostgreSQL query per item with\n"
+        "num_workers=0 (workers fail when the DB session cannot be pickled) kept a GPU at 8-30 %;\n"
+        "HDF5 read in the training loop ran at 37 s/step with the GPU at 0 %. With workers but without\n"
         "persistent_workers=True, the worker processes (and each one's open files and connections)\n"
         "are torn down and started again at every epoch."
     ),

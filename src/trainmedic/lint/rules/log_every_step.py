@@ -32,8 +32,8 @@ RULE = Rule(
         "Formatting and writing a line every step costs host time the GPU waits for, and a terminal\n"
         "or notebook that renders thousands of lines a minute slows the whole loop. When the value\n"
         "printed is a GPU tensor, each print also blocks until the device catches up (TM107).\n"
-        "Seed 002 (3D U-Net, TensorFlow) printed every batch, 100 times an epoch; printing once per\n"
-        "epoch was part of the fix. In trainmedic's logging scenario (tests/scenarios/logging_bound.py)\n"
+        "A 3D U-Net in TensorFlow that printed every batch, 100 times an epoch, got part of its speed\n"
+        "back by printing once per epoch. In trainmedic's logging scenario (tests/scenarios/logging_bound.py)\n"
         "a per-step JSON log took 85 % of the step."
     ),
     fix=(

@@ -61,8 +61,8 @@ RULE = Rule(
         "Closures look variables up at call time. A Keras Lambda layer, a forward hook, a LambdaLR or a\n"
         "function stored in a list runs after the loop has moved on, so every copy sees the last value.\n"
         "Nothing fails: the model trains on the wrong slice, or every hook writes the same key.\n"
-        "Seed 000 #6 (caught in review, before it cost a run): layers.Lambda(lambda x: x[:, rx_idx]) built\n"
-        "per receive antenna would have made every branch read the last antenna (rx_idx = 3)."
+        "layers.Lambda(lambda x: x[:, rx_idx]) built once per receive antenna makes every branch read\n"
+        "the last antenna (rx_idx = 3)."
     ),
     fix=(
         "Bind the value when the callable is made: a default argument (lambda x, *, i=i: x[:, i]) or\n"

@@ -441,7 +441,7 @@ RULE = Rule(
         "In Keras 3 these callbacks infer min/max only for loss and for compiled built-in metrics; any\n"
         "other name (a metric function such as bit_error_rate or dice_coef, a custom train_step tracker,\n"
         "a multi-output 'val_out_accuracy') raises ValueError after the first epoch has been paid for.\n"
-        "Seed 000 #7: EarlyStopping(monitor='val_bit_error_rate') crashed a Keras 3 run after epoch 1.\n"
+        "EarlyStopping(monitor='val_bit_error_rate') crashes a Keras 3 run at the end of epoch 1.\n"
         "tf.keras 2 (and Keras < 3.11 for ModelCheckpoint/ReduceLROnPlateau) never fails: it picks 'max'\n"
         "only for names with 'acc' in them, so a higher-is-better val_auc, val_f1 or val_dice is minimised\n"
         "in silence: the checkpoint kept is the worst one, early stopping stops on improvement. Lightning's\n"

@@ -1,4 +1,4 @@
-"""TM113: a loop that makes one sample per iteration on the GPU (seed 001's generator)."""
+"""TM113: a loop that makes one sample per iteration on the GPU."""
 
 from __future__ import annotations
 
@@ -165,8 +165,8 @@ def _message(
     return (
         f"{loop.over} (line {loop.node.lineno}) makes one sample per iteration on the GPU "
         f"({' and '.join(evidence)}): every sample pays {costs}, too small to keep the GPU busy "
-        f"(seed 001: 70,000 single-sample GPU calls, GPU 28 % busy); {fix}, or "
-        f"`batch.generate({fn}, params, out=...)` for a generation job (8-10x in seed 001)"
+        f"(a generator making 10k samples this way made 70,000 single-sample GPU calls and kept the GPU 28 % busy); {fix}, or "
+        f"`batch.generate({fn}, params, out=...)` for a generation job (typically 8-10x)"
     )
 
 
@@ -181,8 +181,8 @@ RULE = Rule(
         "Every kernel launch and every copy between host and GPU has a fixed cost (tens of\n"
         "microseconds) that one small sample cannot amortise: a loop that makes a 7 x 1024 IQ sample\n"
         "per iteration spends its time launching kernels and waiting for copies, not computing.\n"
-        "Seed 001 generated 10k synthetic IQ samples one at a time on the GPU: 70,000 single-sample\n"
-        "GPU calls, the GPU 28 % busy, 400-600 s; 256 samples per batched call with one copy back took\n"
+        "10k synthetic IQ samples generated one at a time on the GPU made 70,000 single-sample GPU\n"
+        "calls, kept the GPU 28 % busy and took 400-600 s; 256 samples per batched call with one copy back took\n"
         "40-80 s (8-10x). trainmedic.batch measured the same generator at 16.9x batched against the\n"
         "per-sample loop on a 2-core CPU (64 IQ samples a receiver; 5.5x at 128)."
     ),

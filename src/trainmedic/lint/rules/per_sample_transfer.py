@@ -123,7 +123,7 @@ def _in_getitem(context: ModuleContext, call: ast.Call, moved: ast.AST, device: 
         values = assigned.get(device.attr, [])
         if values and all(_is_cpu(v) for v in values):
             return None  # self.device = "cpu" wherever the class sets it
-    # Seed 003's GPU-cached dataset: self.x was moved in __init__, so self.x[i].to(device) is a no-op.
+    # A GPU-cached dataset: self.x was moved in __init__, so self.x[i].to(device) is a no-op.
     on_device = {
         attr
         for attr, values in assigned.items()
@@ -249,7 +249,7 @@ def _in_sample_loop(context: ModuleContext, call: ast.Call, moved: ast.AST) -> t
         elif isinstance(ancestor, LOOPS) and any(child is s for s in ancestor.body):  # else: runs once
             loops = [ancestor]
         if loops:
-            # A sample made by the user's function each iteration (seed 001: generate, then move).
+            # A sample made by the user's function each iteration (generate, then move).
             generated = generated_sample(context, ancestor, call, moved)
             if generated is not None:
                 return f"in {generated[0]}", generated[1]
@@ -311,10 +311,10 @@ RULE = Rule(
     summary="Host-to-device copies one sample at a time: .to(device) in __getitem__ or a loop over samples.",
     why=(
         "Every transfer and every kernel launch has a fixed cost (tens of microseconds) that a small\n"
-        "sample cannot amortise; a batch of 256 moved one sample at a time pays it 256 times. Seed 001\n"
-        "generated synthetic RF samples one at a time on the GPU: 70,000 tiny launches and copies,\n"
-        "28 % GPU utilisation; generating 256 samples per batched call and copying back once was\n"
-        "8-10x faster. In a Dataset, a CUDA call in __getitem__ also fails in forked DataLoader\n"
+        "sample cannot amortise; a batch of 256 moved one sample at a time pays it 256 times. Synthetic\n"
+        "samples generated one at a time on the GPU make tens of thousands of tiny launches and\n"
+        "copies and keep the GPU 28 % busy; generating 256 samples per batched call and copying\n"
+        "back once is typically 8-10x faster. In a Dataset, a CUDA call in __getitem__ also fails in forked DataLoader\n"
         "workers, which pushes the loader to num_workers=0."
     ),
     fix=(

@@ -156,8 +156,8 @@ RULE = Rule(
     summary="A lazily built, cached DataLoader whose cache check omits an argument it was built with.",
     why=(
         "A loader built on first use and kept keeps the batch size (or split, or dataset) of that\n"
-        "first call. Seed 004 #6: `sample_target(n)` cached a DataLoader built with batch_size=n;\n"
-        "phase 1 asked for 256, phase 2 for 128 and still got 256, and crashed with a shape error\n"
+        "first call. A `sample_target(n)` that caches a DataLoader built with batch_size=n, asked\n"
+        "for 256 in phase 1 and for 128 in phase 2, still hands out 256 and crashes with a shape error\n"
         "(`The size of tensor a (128) must match the size of tensor b (256)`) that looked like a\n"
         "model bug, not a caching one. When shapes happen to broadcast it trains silently wrong."
     ),

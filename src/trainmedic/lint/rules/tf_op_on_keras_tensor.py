@@ -135,8 +135,8 @@ RULE = Rule(
     why=(
         "Keras 2 silently wrapped TF ops on symbolic tensors in TFOpLambda layers. Keras 3, the default\n"
         "from TensorFlow 2.16, raises ValueError: A KerasTensor cannot be used as input to a TensorFlow\n"
-        "function, so the model cannot even be built. Seed 000 #1: batch_size = tf.shape(x)[0] inside an\n"
-        "attention block stopped a Sionna neural receiver on TF 2.20 before its first step. On Keras 3's\n"
+        "function, so the model cannot even be built: batch_size = tf.shape(x)[0] inside an attention\n"
+        "block stops a neural receiver on TF 2.20 before its first step. On Keras 3's\n"
         "torch backend a torch.* op on a symbolic tensor fails the same way (TypeError: ... must be Tensor,\n"
         "not KerasTensor)."
     ),

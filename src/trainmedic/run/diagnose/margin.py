@@ -21,7 +21,7 @@ from trainmedic.run.report.model import Finding
 #: Standard errors a lead must clear (about 95 % for a normal mean).
 Z = 2.0
 #: How much more a smaller finding's fix must buy to lead before the largest share: the fixes'
-#: factors are the seeds' round numbers, so a lever must buy clearly more. A DataLoader at 25 % of
+#: factors are round numbers from measured cases, so a lever must buy clearly more. A DataLoader at 25 % of
 #: a CPU step (×1.25) does not outrank the model at 75 % (×1.21); by ablation removing it bought ×1.16.
 LEVER_MARGIN = 1.1
 #: A category's share moves this much (one standard deviation) between runs of the same script

@@ -1,7 +1,7 @@
 """One rule per category: given a measured cost, the title, the fix, and what the fix buys.
 
 Each rule returns an :class:`Advice`; ``factor`` is how many times faster the fix makes the
-cost itself (from the seeds' measurements or a cited source), which ``amdahl`` turns into the
+cost itself (from a measured case or a cited source), which ``amdahl`` turns into the
 whole-step ``expected_speedup``.
 """
 
