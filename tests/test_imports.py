@@ -1,5 +1,5 @@
 """Imports only go down: no loop between files or packages, and each package imports only the
-floors below its own (the README's "Layout" draws the same floors).
+floors below its own (docs/architecture.md draws the same floors).
 
 The graph is read from the source with ``ast`` (every ``import``, lazy ones inside functions
 and ``TYPE_CHECKING`` blocks included: a lazy import is still a dependency, only a later one).
@@ -147,7 +147,7 @@ def test_no_package_loop(graph):
 def test_every_package_sits_on_a_floor():
     packages = {package_of(m) for m in modules()}
     placed = set().union(*FLOORS)
-    assert packages - placed == set(), "add the new package to FLOORS here and to the README's Layout"
+    assert packages - placed == set(), "add the new package to FLOORS here and to docs/architecture.md"
     assert placed - packages == set(), "a package in FLOORS no longer exists"
 
 
