@@ -12,12 +12,17 @@ import ast
 import re
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import TypeVar
+from typing import Any, TypeAlias, TypeVar, overload
 
 from trainmedic.lint.imports import import_map, normalise
 from trainmedic.lint.syntax import is_rate_limit, last_name
 
 N = TypeVar("N", bound=ast.AST)
+N1 = TypeVar("N1", bound=ast.AST)
+N2 = TypeVar("N2", bound=ast.AST)
+N3 = TypeVar("N3", bound=ast.AST)
+Function: TypeAlias = ast.FunctionDef | ast.AsyncFunctionDef
+Loop: TypeAlias = ast.For | ast.AsyncFor | ast.While
 
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -112,7 +117,7 @@ class ModuleContext:
         self._sorted: dict[tuple[type, ...], list[ast.AST]] = {}
         self._scope_nodes: dict[ast.AST, tuple[ast.AST, ...]] = {}
         self.imports = import_map(tree)
-        self.functions_by_name: dict[str, list[ast.AST]] = defaultdict(list)
+        self.functions_by_name: dict[str, list[Function]] = defaultdict(list)
         for function in self.nodes(*FUNCTIONS):
             self.functions_by_name[function.name].append(function)
         self._instances = self._local_class_instances()
@@ -128,14 +133,27 @@ class ModuleContext:
 
     # -- navigation ---------------------------------------------------------------------------
 
-    def nodes(self, *types: type[N]) -> list[N]:
+    # One overload per count of types, so that ``nodes(ast.Import, ast.ImportFrom)`` is a list of
+    # either, not of their common base (``ast.stmt``, which has neither's fields).
+    @overload
+    def nodes(self, kind: type[N1], /) -> list[N1]: ...
+    @overload
+    def nodes(self, kind: type[N1], other: type[N2], /) -> list[N1 | N2]: ...
+    @overload
+    def nodes(self, kind: type[N1], other: type[N2], third: type[N3], /) -> list[N1 | N2 | N3]: ...
+    @overload
+    def nodes(self, *types: type[N]) -> list[N]: ...
+
+    def nodes(self, *types: type[ast.AST]) -> list[Any]:
         """Every node of these types, in source order (a fresh list: callers may change it)."""
+        # list[Any]: the cache holds plain AST nodes; what they are is what the overloads say,
+        # since every list holds only nodes of the types it is keyed by.
         found = self._sorted.get(types)
         if found is None:
             found = [node for kind in types for node in self._by_type.get(kind, ())]
             found.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
             self._sorted[types] = found
-        return list(found)  # type: ignore[return-value]
+        return list(found)
 
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self._parents.get(node)
@@ -179,7 +197,7 @@ class ModuleContext:
             found = self._scope_nodes[scope] = tuple(nodes)
         return found
 
-    def enclosing_loops(self, node: ast.AST) -> Iterator[ast.For | ast.AsyncFor | ast.While]:
+    def enclosing_loops(self, node: ast.AST) -> Iterator[Loop]:
         """Loops whose *repeated part* holds ``node``, innermost first, within its own scope.
 
         A ``for`` loop's iterable is evaluated once, so it is not inside the loop; a ``while``
@@ -289,7 +307,7 @@ class ModuleContext:
             and (self.qualname(last.value.func) in ("sys.exit", "exit", "quit", "os._exit"))
         )
 
-    def calls_local_function(self, call: ast.Call) -> list[ast.AST]:
+    def calls_local_function(self, call: ast.Call) -> list[Function]:
         """The module's own functions this call may reach, matched by name: ``helper()`` reaches
         plain functions, ``self.helper()`` the methods, ``pool.sample()`` the methods of the
         local class ``pool`` was built from — or, when that is unknown, the one local class that
@@ -303,17 +321,21 @@ class ModuleContext:
             ]
         if not isinstance(func, ast.Attribute) or func.attr.startswith("__"):
             return []
-        methods = [
-            f for f in self.functions_by_name.get(func.attr, ()) if isinstance(self.parent(f), ast.ClassDef)
-        ]
+        # Each method and the class it is defined in.
+        owners = {
+            f: owner
+            for f in self.functions_by_name.get(func.attr, ())
+            if isinstance(owner := self.parent(f), ast.ClassDef)
+        }
+        methods = list(owners)
         if not methods:
             return []
         if isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
             return methods
         classes = self._instances.get(last_name(func.value) or "", set())
         if classes:
-            return [f for f in methods if self.parent(f).name in classes]
-        if func.attr in _COMMON_METHODS or len({self.parent(f) for f in methods}) > 1:
+            return [f for f in methods if owners[f].name in classes]
+        if func.attr in _COMMON_METHODS or len(set(owners.values())) > 1:
             return []
         return methods
 
@@ -360,7 +382,7 @@ class ModuleContext:
                         pending.append(function)
 
     def _names_bound_to_optimizers(self) -> set[str]:
-        names = set()
+        names: set[str] = set()
         for assign in self.nodes(ast.Assign):
             if isinstance(assign.value, ast.Call):
                 qualname = self.qualname(assign.value.func) or ""
@@ -388,7 +410,7 @@ class ModuleContext:
         """The calls of a function of this module (``train_one_epoch(...)``), found once for all rules."""
         return self._callers.get(function, [])
 
-    def _find_training_loops(self) -> tuple[set[ast.Call], set[ast.AST], set[ast.AST]]:
+    def _find_training_loops(self) -> tuple[set[ast.Call], set[Function], set[Loop]]:
         calls = self.nodes(ast.Call)
         scope = {call: self.scope_of(call) for call in calls}
         in_loop = {call: next(self.enclosing_loops(call), None) is not None for call in calls}
@@ -400,7 +422,7 @@ class ModuleContext:
         # Functions that do one step (outside any loop of theirs), directly or through helpers
         # of helpers: ``run_batch`` → ``backward_and_step`` → ``loss.backward()``. Worklists
         # keep a chain of N helpers linear.
-        one_step = {scope[c] for c in direct if not in_loop[c] and isinstance(scope[c], FUNCTIONS)}
+        one_step = {s for c in direct if not in_loop[c] and isinstance(s := scope[c], FUNCTIONS)}
         pending = list(one_step)
         while pending:
             function = pending.pop()
@@ -411,9 +433,9 @@ class ModuleContext:
                     pending.append(caller)
         # Of those, the ones that run every step: called from a loop or from another step
         # function (or, called from nowhere here, named like a step helper).
-        step_functions: set[ast.AST] = {f for f in self.nodes(*FUNCTIONS) if f.name in STEP_FUNCTION_NAMES}
+        step_functions = {f for f in self.nodes(*FUNCTIONS) if f.name in STEP_FUNCTION_NAMES}
         step_functions |= {f for f in one_step if self._runs_every_step(f, callers[f], in_loop)}
-        callees: dict[ast.AST, set[ast.AST]] = defaultdict(set)
+        callees: dict[ast.AST, set[Function]] = defaultdict(set)
         for function in one_step:
             for call in callers[function]:
                 callees[scope[call]].add(function)
@@ -427,7 +449,7 @@ class ModuleContext:
         markers = set(direct)
         for function in step_functions:
             markers.update(callers[function])
-        loops = set()
+        loops: set[Loop] = set()
         for call in markers:
             innermost = next(self.enclosing_loops(call), None)
             if innermost is not None:
@@ -435,7 +457,7 @@ class ModuleContext:
         return markers, step_functions, loops
 
     def _runs_every_step(
-        self, function: ast.AST, callers: list[ast.Call], in_loop: dict[ast.Call, bool]
+        self, function: Function, callers: list[ast.Call], in_loop: dict[ast.Call, bool]
     ) -> bool:
         """A function that does one step is a step function when it is called from a loop (or,
         see the caller, from another step function). One nobody in this module calls is judged
@@ -445,7 +467,7 @@ class ModuleContext:
             return any(in_loop[call] for call in callers)
         return not function.name.startswith("test") and bool(_STEP_HELPER_NAME.search(function.name))
 
-    def _find_training_functions(self) -> set[ast.AST]:
+    def _find_training_functions(self) -> set[Function]:
         training = {
             scope for call in self.step_markers if isinstance(scope := self.function_of(call), FUNCTIONS)
         }

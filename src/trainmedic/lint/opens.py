@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainmedic.lint.context import FUNCTIONS, STEP_FUNCTION_NAMES, ModuleContext
+from trainmedic.lint.context import FUNCTIONS, STEP_FUNCTION_NAMES, Function, ModuleContext
 from trainmedic.lint.syntax import argument, last_name, names_in, string_value
 
 #: Calls that open a file, with the keyword name of their path argument (always the first).
@@ -76,7 +76,7 @@ def opened(context: ModuleContext, call: ast.Call, factories: set[str]) -> tuple
         return None
     has_mode = qualname in ("open", "io.open", "h5py.File") or "zarr" in qualname
     given = argument(call, 1, "mode") if has_mode else None
-    if given is not None and (string_value(given) is None or any(c in string_value(given) for c in "wax+")):
+    if given is not None and ((mode := string_value(given)) is None or any(c in mode for c in "wax+")):
         return None  # a write (a log, a cache being built) or a mode we cannot read
     if qualname == "numpy.load" and argument(call, 1, "mmap_mode") is not None:
         return None  # a memory map: opening it maps pages, it reads nothing
@@ -85,14 +85,14 @@ def opened(context: ModuleContext, call: ast.Call, factories: set[str]) -> tuple
 
 def session_factories(context: ModuleContext) -> set[str]:
     """Names and ``self.attrs`` bound to ``sessionmaker(...)``: calling one opens a session."""
-    found = set()
+    found: set[str] = set()
     for assign in context.nodes(ast.Assign):
         if isinstance(assign.value, ast.Call) and context.qualname(assign.value.func) in _SESSION_FACTORIES:
             found.update(ast.unparse(t) for t in assign.targets if isinstance(t, (ast.Name, ast.Attribute)))
     return found
 
 
-def getitem_reach(memo: ScopeMemo, cls: ast.ClassDef) -> dict[ast.AST, ast.Call | None]:
+def getitem_reach(memo: ScopeMemo, cls: ast.ClassDef) -> dict[Function, ast.Call | None]:
     """A Dataset's ``__getitem__`` and the methods it calls on ``self`` (transitively, unless
     behind a lazy guard), each mapped to the call that reaches it (None for ``__getitem__``)."""
     methods = {f.name: f for f in cls.body if isinstance(f, FUNCTIONS)}
@@ -102,7 +102,7 @@ def getitem_reach(memo: ScopeMemo, cls: ast.ClassDef) -> dict[ast.AST, ast.Call 
     )
     if "__getitem__" not in methods or not is_dataset:
         return {}
-    reach: dict[ast.AST, ast.Call | None] = {methods["__getitem__"]: None}
+    reach: dict[Function, ast.Call | None] = {methods["__getitem__"]: None}
     queue = [methods["__getitem__"]]
     while queue:
         method = queue.pop()
@@ -205,7 +205,7 @@ class ScopeMemo:
             }
         return self._exits[function]
 
-    def repeated(self, function: ast.AST) -> bool:
+    def repeated(self, function: Function) -> bool:
         if function not in self._repeated:
             self._repeated[function] = _repeated(self.context, function)
         return self._repeated[function]
@@ -291,8 +291,8 @@ def _checks_what_it_sets(branch: ast.If) -> bool:
     return False
 
 
-def _parameters(function: ast.AST) -> set[str]:
-    args = function.args  # type: ignore[attr-defined]
+def _parameters(function: Function) -> set[str]:
+    args = function.args
     return {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg not in ("self", "cls")}
 
 
@@ -304,7 +304,7 @@ def per_batch(memo: ScopeMemo, call: ast.Call) -> tuple[ast.AST, str] | None:
     if step is not None:
         if context.is_rate_limited(call) or (isinstance(step, FUNCTIONS) and not memo.repeated(step)):
             return None
-        return step, f"every training step{context.every_step_note(call)}"  # type: ignore[return-value]
+        return step, f"every training step{context.every_step_note(call)}"
     function = context.scope_of(call)
     if not isinstance(function, FUNCTIONS):
         return None
@@ -314,10 +314,10 @@ def per_batch(memo: ScopeMemo, call: ast.Call) -> tuple[ast.AST, str] | None:
     return (loop, f"every batch the generator {function.name}() yields") if loop is not None else None
 
 
-def _repeated(context: ModuleContext, function: ast.AST) -> bool:
+def _repeated(context: ModuleContext, function: Function) -> bool:
     """A step function that surely runs many times: a framework's ``training_step``, or one
     called from a loop (a test or a smoke run that does one backward pass is not)."""
-    if function.name in STEP_FUNCTION_NAMES or function in context.per_step_callers:  # type: ignore[attr-defined]
+    if function.name in STEP_FUNCTION_NAMES or function in context.per_step_callers:
         return True
     return any(next(context.enclosing_loops(call), None) is not None for call in context.callers(function))
 
