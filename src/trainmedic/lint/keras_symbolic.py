@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from typing import TypeAlias
 
-from trainmedic.lint.context import SCOPES, ModuleContext
+from trainmedic.lint.context import FUNCTIONS, SCOPES, Function, ModuleContext
 from trainmedic.lint.syntax import last_name
 
 SYM, LIST = "symbolic", "list"
 #: Where a binding takes effect, the conditional blocks around it, and the kind of value it binds.
 _Binding = tuple[tuple[int, int], tuple[tuple[int, str], ...], "str | None"]
+#: What bindings are followed in: the module, or one of its functions.
+_Scope: TypeAlias = ast.Module | Function
 _INPUTS = frozenset({"keras.Input", "keras.layers.Input"})
 #: Methods whose arguments are real tensors at run time, whatever the module does around them.
 _RUNTIME_METHODS = frozenset(
@@ -131,7 +134,7 @@ class SymbolicTensors:
             if last_name(call.func) == "Lambda":
                 names = {a.id for a in arguments(call) if isinstance(a, ast.Name)}
                 excluded |= {f for name in names for f in context.functions_by_name.get(name, ())}
-        self.scopes = [context.tree, *(f for f in functions if f not in excluded)]
+        self.scopes: list[_Scope] = [context.tree, *(f for f in functions if f not in excluded)]
         self.bindings: dict[ast.AST, dict[str, list[_Binding]]] = {}
         for _ in range(6):
             before = (sum(len(p) for p in self.params.values()), len(self.returns))
@@ -142,11 +145,11 @@ class SymbolicTensors:
 
     # -- bindings --------------------------------------------------------------------------------
 
-    def _bind(self, scope: ast.AST) -> None:
+    def _bind(self, scope: _Scope) -> None:
         table: dict[str, list[_Binding]] = defaultdict(list)
         self.bindings[scope] = table
         self._state += 1
-        if scope is not self.context.tree:
+        if isinstance(scope, FUNCTIONS):  # the module has no parameters
             start = (scope.lineno, scope.col_offset)
             for name, kind in self.params[scope].items():
                 self._add(table, name, (start, (), kind))
@@ -154,10 +157,10 @@ class SymbolicTensors:
         events = sorted(binders, key=_takes_effect)
         for node in events:
             self._bind_one(scope, table, node)
-        if scope is not self.context.tree:
-            for node in self.context.walk_scope(scope):
+        if isinstance(scope, FUNCTIONS):
+            for child in self.context.walk_scope(scope):
                 # Every return is looked at: return helper(x) also tells helper what x is.
-                value = node.value if isinstance(node, ast.Return) else None
+                value = child.value if isinstance(child, ast.Return) else None
                 if value is not None and self.kind(scope, value) and scope not in self.returns:
                     self.returns.add(scope)
                     self._state += 1
@@ -179,9 +182,13 @@ class SymbolicTensors:
                 kind = SYM if self.kind(scope, generator.iter) else None
                 at = (_takes_effect(node), self._chain(node))
                 self._assign(scope, table, generator.target, None, kind, at)
-        elif isinstance(node, ast.Call) and _grows(node) and any(self.kind(scope, a) for a in node.args):
+        elif (
+            isinstance(node, ast.Call)
+            and (grown := _grown(node)) is not None
+            and any(self.kind(scope, a) for a in node.args)
+        ):
             # outs.append(x) makes outs a list of symbolic tensors (tf.concat(outs) fails too).
-            self._add(table, node.func.value.id, (_end(node), (), LIST))  # adds, never replaces
+            self._add(table, grown, (_end(node), (), LIST))  # adds, never replaces
 
     def _add(self, table: dict, name: str, binding: _Binding) -> None:
         table[name].append(binding)
@@ -194,8 +201,11 @@ class SymbolicTensors:
             self._add(table, target.id, (*at, kind))
         elif isinstance(target, (ast.Tuple, ast.List)):
             # a, b = x, y pairs up; q, k = split_heads(x) unpacks symbolic values.
-            paired = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
-            values = value.elts if paired else None
+            values = (
+                value.elts
+                if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+                else None
+            )
             for index, element in enumerate(target.elts):
                 element = element.value if isinstance(element, ast.Starred) else element
                 if values is not None:
@@ -245,9 +255,12 @@ class SymbolicTensors:
         if isinstance(expr, ast.NamedExpr):
             return self.kind(scope, expr.value, depth)
         # base_model.output of a keras.applications / keras.Model built in this scope.
-        model_end = isinstance(expr, ast.Attribute) and expr.attr in _MODEL_ENDS
-        if model_end and self._is_keras_object(scope, expr.value):  # type: ignore[attr-defined]
-            return SYM if expr.attr in ("output", "input") else LIST  # type: ignore[attr-defined]
+        if (
+            isinstance(expr, ast.Attribute)
+            and expr.attr in _MODEL_ENDS
+            and self._is_keras_object(scope, expr.value)
+        ):
+            return SYM if expr.attr in ("output", "input") else LIST
         return None
 
     def _lookup(self, scope: ast.AST, name: ast.Name) -> str | None:
@@ -328,7 +341,7 @@ class SymbolicTensors:
             return expr.id in self._keras_names[scope]
         return False
 
-    def _propagate(self, scope: ast.AST, call: ast.Call, functions: list[ast.AST], depth: int) -> None:
+    def _propagate(self, scope: ast.AST, call: ast.Call, functions: list[Function], depth: int) -> None:
         for function in functions:
             if function not in self.scopes:
                 continue
@@ -341,7 +354,11 @@ class SymbolicTensors:
                 if kind := self.kind(scope, argument, depth):
                     self._learn(function, params[index], kind)
             for keyword in call.keywords:
-                if keyword.arg in params and (kind := self.kind(scope, keyword.value, depth)):
+                if (
+                    keyword.arg is not None  # a **kwargs argument
+                    and keyword.arg in params
+                    and (kind := self.kind(scope, keyword.value, depth))
+                ):
                     self._learn(function, keyword.arg, kind)
 
     def _learn(self, function: ast.AST, param: str, kind: str) -> None:
@@ -354,16 +371,19 @@ def arguments(call: ast.Call) -> list[ast.expr]:
     return [*call.args, *(k.value for k in call.keywords)]
 
 
-def _grows(call: ast.Call) -> bool:
+def _grown(call: ast.Call) -> str | None:
+    """The name of the list ``outs.append(...)`` / ``extend`` / ``insert`` grows, else None."""
     func = call.func
-    return isinstance(func, ast.Attribute) and func.attr in _GROWERS and isinstance(func.value, ast.Name)
+    if isinstance(func, ast.Attribute) and func.attr in _GROWERS and isinstance(func.value, ast.Name):
+        return func.value.id
+    return None
 
 
-def _end(node: ast.AST) -> tuple[int, int]:
+def _end(node: ast.stmt | ast.expr) -> tuple[int, int]:
     return (node.end_lineno or node.lineno, node.end_col_offset or 0)
 
 
-def _takes_effect(node: ast.AST) -> tuple[int, int]:
+def _takes_effect(node: ast.stmt | ast.expr) -> tuple[int, int]:
     """Where a binding starts to hold: after its statement, or before a loop's body."""
     if isinstance(node, (ast.For, ast.AsyncFor)):
         return _end(node.target)

@@ -7,12 +7,18 @@ names its fixer binds.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import TypeAlias
 
-from trainmedic.lint.context import SCOPES, ModuleContext
+from trainmedic.lint.context import SCOPES, Loop, ModuleContext
 from trainmedic.lint.syntax import bound_names, last_name, names_in
 
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_CLOSURES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
+#: What can capture a loop variable: a lambda or a nested function.
+Closure: TypeAlias = ast.Lambda | ast.FunctionDef | ast.AsyncFunctionDef
+#: What rebinds a variable on every pass: a loop, or a comprehension (its ``for`` clauses).
+RebindingLoop: TypeAlias = Loop | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
 #: Callees that keep the callable they are given and call it later. Callees that call it at
 #: once (sorted/min/max key=, map, filter, re.sub, reduce, and tf.data's ``dataset.map``, which
 #: traces its function when .map() is called) are simply not listed, nor is any unknown callee.
@@ -51,12 +57,12 @@ _TRANSPARENT = frozenset({"functools.partial", "partial", "tensorflow.function",
 _TRAIN_CALLS = frozenset({"fit", "fit_generator", "evaluate", "predict", "train_model", "run_training"})
 
 
-def _store_names(nodes: list[ast.AST]) -> set[str]:
+def _store_names(nodes: Iterable[ast.AST]) -> set[str]:
     """Names these statements bind, not counting nested scopes or comprehension targets."""
     return {node.id for node in name_stores(nodes)}
 
 
-def name_stores(nodes: list[ast.AST]) -> list[ast.Name]:
+def name_stores(nodes: Iterable[ast.AST]) -> list[ast.Name]:
     """The names these statements bind, as nodes, not counting nested scopes or comprehension
     targets."""
     found: list[ast.Name] = []
@@ -73,27 +79,24 @@ def name_stores(nodes: list[ast.AST]) -> list[ast.Name]:
     return found
 
 
-def _rebinding_loops(context: ModuleContext, function: ast.AST) -> list[ast.AST]:
+def _rebinding_loops(context: ModuleContext, function: ast.AST) -> list[RebindingLoop]:
     """Loops around ``function`` in its own scope whose repeated part holds it, innermost first."""
-    loops = []
+    loops: list[RebindingLoop] = []
     child = function
     for ancestor in context.ancestors(function):
         if isinstance(ancestor, SCOPES):
             break
-        repeated = (
-            [*ancestor.body]
-            if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While))
-            else [getattr(ancestor, field, None) for field in ("elt", "key", "value")]
-            if isinstance(ancestor, COMPREHENSIONS)
-            else []
-        )
-        if any(part is child for part in repeated):
-            loops.append(ancestor)
+        if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
+            if any(part is child for part in ancestor.body):
+                loops.append(ancestor)
+        elif isinstance(ancestor, COMPREHENSIONS):
+            if any(getattr(ancestor, field, None) is child for field in ("elt", "key", "value")):
+                loops.append(ancestor)
         child = ancestor
     return loops
 
 
-def free_names(function: ast.Lambda | ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+def free_names(function: Closure) -> list[str]:
     """Names the body reads that neither it nor a function inside it binds, in source order."""
     body = [function.body] if isinstance(function, ast.Lambda) else function.body
     bound: set[str] = set()
@@ -117,7 +120,7 @@ def _callee(func: ast.AST) -> str:
     return text if len(text) <= 40 else (last_name(func) or "the call")
 
 
-def _later_use(context: ModuleContext, expr: ast.AST, loop: ast.AST, depth: int = 0) -> str | None:
+def _later_use(context: ModuleContext, expr: ast.AST, loop: RebindingLoop, depth: int = 0) -> str | None:
     """How the callable ``expr`` evaluates to outlives the iteration, or None when it does not
     (called on the spot, handed to a callee that calls it at once or that we do not know)."""
     if depth > 4:
@@ -144,8 +147,11 @@ def _later_use(context: ModuleContext, expr: ast.AST, loop: ast.AST, depth: int 
         targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
         for target in targets:
             # fns[i] = ... keeps one per iteration; self.fn = ... keeps only the last, which is right.
-            keyed = isinstance(target, ast.Subscript) and names_in(target.slice) & _rebound(loop)
-            if keyed and not _per_iteration(target.value, loop):
+            if (
+                isinstance(target, ast.Subscript)
+                and names_in(target.slice) & _rebound(loop)
+                and not _per_iteration(target.value, loop)
+            ):
                 return f"is stored in {ast.unparse(target)} and called later"
         names = {t.id for t in targets if isinstance(t, ast.Name)}
         return _name_used_later(context, names, parent, loop, depth)
@@ -153,7 +159,12 @@ def _later_use(context: ModuleContext, expr: ast.AST, loop: ast.AST, depth: int 
 
 
 def _passed_to(
-    context: ModuleContext, call: ast.Call, expr: ast.AST, keyword_name: str | None, loop: ast.AST, depth: int
+    context: ModuleContext,
+    call: ast.Call,
+    expr: ast.AST,
+    keyword_name: str | None,
+    loop: RebindingLoop,
+    depth: int,
 ) -> str | None:
     if call.func is expr:
         return None
@@ -175,7 +186,7 @@ def _passed_to(
     return None
 
 
-def _rebound(loop: ast.AST) -> set[str]:
+def _rebound(loop: RebindingLoop) -> set[str]:
     if isinstance(loop, (ast.For, ast.AsyncFor)):
         return bound_names(loop.target) | _store_names(loop.body)
     if isinstance(loop, ast.While):
@@ -183,16 +194,16 @@ def _rebound(loop: ast.AST) -> set[str]:
     return set().union(*(bound_names(g.target) for g in loop.generators))
 
 
-def _per_iteration(container: ast.AST, loop: ast.AST) -> bool:
+def _per_iteration(container: ast.AST, loop: RebindingLoop) -> bool:
     """A list or dict the loop body creates afresh dies with its iteration."""
     if not isinstance(container, ast.Name) or isinstance(loop, COMPREHENSIONS):
         return False
-    return container.id in _store_names(loop.body) and container.id not in bound_names(
-        getattr(loop, "target", None)
-    )
+    # A ``while`` loop has no target of its own to bind the name.
+    target_names = bound_names(loop.target) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+    return container.id in _store_names(loop.body) and container.id not in target_names
 
 
-def _finished_in_iteration(context: ModuleContext, call: ast.Call, loop: ast.AST) -> bool:
+def _finished_in_iteration(context: ModuleContext, call: ast.Call, loop: RebindingLoop) -> bool:
     """``h = m.register_forward_hook(f) ... h.remove()`` or ``t = Thread(...) ... t.join()``."""
     binding = context.parent(call)
     if not (isinstance(binding, ast.Assign) and isinstance(binding.targets[0], ast.Name)):
@@ -206,7 +217,7 @@ def _finished_in_iteration(context: ModuleContext, call: ast.Call, loop: ast.AST
 
 
 def _name_used_later(
-    context: ModuleContext, names: set[str], binding: ast.AST, loop: ast.AST, depth: int
+    context: ModuleContext, names: set[str], binding: ast.stmt | ast.expr, loop: RebindingLoop, depth: int
 ) -> str | None:
     """A name bound to the callable inside the loop: does a later use in the loop keep it?"""
     if isinstance(loop, COMPREHENSIONS):
@@ -223,7 +234,7 @@ def _name_used_later(
     return None
 
 
-def _trains_each_iteration(context: ModuleContext, loop: ast.AST) -> bool:
+def _trains_each_iteration(context: ModuleContext, loop: RebindingLoop) -> bool:
     """A loop that fits or steps a model per iteration (k-fold, per-trial training) uses the
     callables it made before the next iteration rebinds their variables."""
     if isinstance(loop, COMPREHENSIONS):
@@ -243,7 +254,9 @@ def _trains_each_iteration(context: ModuleContext, loop: ast.AST) -> bool:
 
 def late_captures(context: ModuleContext, function: ast.AST) -> Iterator[tuple[ast.AST, list[str], str]]:
     """(loop, captured names, how the callable outlives it) for each loop around ``function``
-    whose rebinding it would see late, innermost first."""
+    whose rebinding it would see late, innermost first (none for what is not a lambda or function)."""
+    if not isinstance(function, _CLOSURES):
+        return
     loops = _rebinding_loops(context, function)
     if not loops:
         return

@@ -12,13 +12,13 @@ from collections.abc import Iterator
 
 from trainmedic.lint.context import ModuleContext
 from trainmedic.lint.fixers.bind_default import fix
-from trainmedic.lint.loop_closures import late_captures
+from trainmedic.lint.loop_closures import Closure, late_captures
 from trainmedic.lint.model import Rule
 
 _FUNCTIONS = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-def _describe(function: ast.AST, variables: list[str]) -> tuple[str, str]:
+def _describe(function: Closure, variables: list[str]) -> tuple[str, str]:
     params = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
     # Keyword-only, as --fix writes it: a caller that passes one more positional argument than
     # the code shows (Keras' LearningRateScheduler passes the current rate) cannot overwrite it.
@@ -36,7 +36,7 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
             yield function, _message(function, first[1], first[2])
 
 
-def _message(function: ast.AST, captured: list[str], how: str) -> str:
+def _message(function: Closure, captured: list[str], how: str) -> str:
     what, fix = _describe(function, captured)
     names = ", ".join(f"`{n}`" for n in captured)
     plural = "s" if len(captured) > 1 else ""
