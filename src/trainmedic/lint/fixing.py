@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import TypeAlias
 
 from trainmedic.lint.context import FUNCTIONS, SCOPES, ModuleContext
 from trainmedic.lint.model import Edit
@@ -20,6 +21,10 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 #: Compound statements whose header runs once, before their body: a line put before the
 #: statement runs right before the header does.
 _HEADERS = {ast.If: "test", ast.For: "iter", ast.AsyncFor: "iter"}
+#: Statements with an indented block of their own, whose first line shows the module's indentation.
+_BLOCKS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.If)
+#: The nodes ``ast.parse`` gives a place in the source (a line and column, and where they end).
+Located: TypeAlias = ast.stmt | ast.expr | ast.arg | ast.keyword | ast.alias | ast.excepthandler | ast.pattern
 
 # -- places and text --------------------------------------------------------------------------
 
@@ -30,13 +35,27 @@ def column(context: ModuleContext, line: int, byte_offset: int) -> int:
     return len(text.encode("utf-8")[:byte_offset].decode("utf-8", "replace")) + 1
 
 
-def span(context: ModuleContext, node: ast.AST) -> tuple[int, int, int, int]:
+def end_of(node: Located) -> tuple[int, int]:
+    """(end line, end UTF-8 byte offset) of a node, as ast counts them."""
+    # The stubs allow None for a node built by hand; ast.parse sets both on every node it places,
+    # and fixers only edit parsed code.
+    assert node.end_lineno is not None and node.end_col_offset is not None, "a parsed node has an end"
+    return node.end_lineno, node.end_col_offset
+
+
+def end_line(node: Located) -> int:
+    """The line a node ends on."""
+    return end_of(node)[0]
+
+
+def span(context: ModuleContext, node: Located) -> tuple[int, int, int, int]:
     """(line, col, end_line, end_col) of a node, 1-based characters, end exclusive."""
+    last, end_offset = end_of(node)
     return (
         node.lineno,
         column(context, node.lineno, node.col_offset),
-        node.end_lineno,
-        column(context, node.end_lineno, node.end_col_offset),
+        last,
+        column(context, last, end_offset),
     )
 
 
@@ -55,7 +74,7 @@ def text_between(context: ModuleContext, start: tuple[int, int], end: tuple[int,
     )
 
 
-def replace_node(context: ModuleContext, node: ast.AST, text: str) -> Edit:
+def replace_node(context: ModuleContext, node: Located, text: str) -> Edit:
     return Edit(*span(context, node), text)
 
 
@@ -75,15 +94,17 @@ def trailing_comment(context: ModuleContext, line: int, after_col: int) -> str:
 
 def indent_of(context: ModuleContext, line: int) -> str:
     """The whitespace a line starts with."""
-    return _INDENT.match(context.lines[line - 1]).group(0)
+    found = _INDENT.match(context.lines[line - 1])
+    assert found is not None  # `[ \t]*` matches at the start of every line, if only the empty string
+    return found.group(0)
 
 
 def indent_unit(context: ModuleContext) -> str:
     """One level of the module's indentation: what its first indented block adds (4 spaces when
     nothing is indented yet)."""
-    for node in context.nodes(
-        ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.If
-    ):
+    for node in context.nodes(*_BLOCKS):
+        # nodes() names more than three kinds by their common base, stmt, which has no body.
+        assert isinstance(node, _BLOCKS)
         outer, inner = indent_of(context, node.lineno), indent_of(context, node.body[0].lineno)
         if node.body[0].lineno != node.lineno and inner.startswith(outer) and len(inner) > len(outer):
             return inner[len(outer) :]
@@ -95,8 +116,8 @@ def string_lines(node: ast.AST) -> set[int]:
     the string."""
     inside: set[int] = set()
     for child in ast.walk(node):
-        if isinstance(child, (ast.Constant, ast.JoinedStr)) and child.end_lineno > child.lineno:
-            inside.update(range(child.lineno + 1, child.end_lineno + 1))
+        if isinstance(child, (ast.Constant, ast.JoinedStr)) and end_line(child) > child.lineno:
+            inside.update(range(child.lineno + 1, end_line(child) + 1))
     return inside
 
 
@@ -127,6 +148,7 @@ def statement_of(context: ModuleContext, node: ast.AST) -> ast.stmt | None:
 def block_of(context: ModuleContext, stmt: ast.stmt) -> list[ast.stmt]:
     """The list of statements ``stmt`` stands in: its parent's body, ``orelse``, ``finalbody``..."""
     parent = context.parent(stmt)
+    assert parent is not None  # a statement of the tree sits in another node, the module at least
     for _, value in ast.iter_fields(parent):
         if isinstance(value, list) and any(item is stmt for item in value):
             return value
@@ -136,8 +158,9 @@ def block_of(context: ModuleContext, stmt: ast.stmt) -> list[ast.stmt]:
 def owns_its_lines(context: ModuleContext, stmt: ast.stmt) -> bool:
     """True when nothing but whitespace precedes the statement on its first line and nothing but
     whitespace or a comment follows it on its last (no ``a = 1; b = 2``, no ``if x: stmt``)."""
+    end, end_offset = end_of(stmt)
     first = context.lines[stmt.lineno - 1][: column(context, stmt.lineno, stmt.col_offset) - 1]
-    last = context.lines[stmt.end_lineno - 1][column(context, stmt.end_lineno, stmt.end_col_offset) - 1 :]
+    last = context.lines[end - 1][column(context, end, end_offset) - 1 :]
     return not first.strip() and (not last.strip() or last.strip().startswith("#"))
 
 
@@ -147,7 +170,7 @@ def guard_statements(context: ModuleContext, stmts: list[ast.stmt], condition: s
     first, last = stmts[0], stmts[-1]
     indent, unit = indent_of(context, first.lineno), indent_unit(context)
     start = min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))])
-    lines = context.lines[start - 1 : last.end_lineno]
+    lines = context.lines[start - 1 : end_line(last)]
     # A line that continues a multi-line string keeps its text: indenting it would change the string.
     strings = set().union(*(string_lines(stmt) for stmt in stmts))
     body = [
@@ -155,7 +178,7 @@ def guard_statements(context: ModuleContext, stmts: list[ast.stmt], condition: s
         for number, line in enumerate(lines, start=start)
     ]
     text = "\n".join([f"{indent}if {condition}:", *body])
-    return Edit(start, 1, last.end_lineno, len(lines[-1]) + 1, text)
+    return Edit(start, 1, end_line(last), len(lines[-1]) + 1, text)
 
 
 def insert_lines(context: ModuleContext, line: int, text: str) -> Edit:
@@ -249,7 +272,7 @@ def free_name(context: ModuleContext, wanted: str) -> str:
     return name
 
 
-def module_alias(context: ModuleContext, module: str, at: ast.AST) -> str | None:
+def module_alias(context: ModuleContext, module: str, at: Located) -> str | None:
     """The name ``module`` is imported under (``import numpy as np`` → ``np``) where ``at`` runs:
     an import at module level, or earlier in a function that holds ``at``; None when there is none."""
     scopes: list[ast.AST] = [context.tree]
@@ -269,7 +292,7 @@ def module_alias(context: ModuleContext, module: str, at: ast.AST) -> str | None
     return None
 
 
-def ensure_import(context: ModuleContext, module: str, wanted: str, at: ast.AST) -> tuple[str, list[Edit]]:
+def ensure_import(context: ModuleContext, module: str, wanted: str, at: Located) -> tuple[str, list[Edit]]:
     """(the name to call ``module`` by at ``at``, the edits that import it when it is not yet):
     ``import numpy as np`` goes after the module's leading imports."""
     alias = module_alias(context, module, at)
@@ -298,14 +321,18 @@ def _top_insertion(context: ModuleContext, line: str) -> Edit:
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         if isinstance(body[0].value.value, str):
             skip = 1
-    while skip < len(body) and isinstance(body[skip], ast.ImportFrom) and body[skip].module == "__future__":
+    while (
+        skip < len(body)
+        and isinstance(future := body[skip], ast.ImportFrom)
+        and future.module == "__future__"
+    ):
         skip += 1
     last = skip
     while last < len(body) and isinstance(body[last], (ast.Import, ast.ImportFrom)):
         last += 1
     if last > skip or (last == skip and skip > 0 and last == len(body)):
         # After an import (or the docstring and __future__ imports of a module with nothing else).
-        return insert_lines(context, body[last - 1].end_lineno + 1, line + "\n")
+        return insert_lines(context, end_line(body[last - 1]) + 1, line + "\n")
     if skip < len(body):
         first = body[skip]
         number = min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))])
