@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from typing import TypeAlias
 
 from trainmedic.lint.context import FUNCTIONS, ModuleContext
 from trainmedic.lint.syntax import argument, keyword, last_name, target_nodes
@@ -20,6 +21,10 @@ _IN_PLACE_SHUFFLES = frozenset({"numpy.random.shuffle", "random.shuffle"})
 _KEEP_ORDER = frozenset({"list", "numpy.asarray", "numpy.array", "torch.as_tensor", "torch.tensor"})
 _KEEP_ORDER_METHODS = frozenset({"tolist", "numpy", "astype", "long", "copy", "flatten", "ravel"})
 _RNG_NAME = re.compile(r"rng|random|rand_?state|generator", re.IGNORECASE)
+#: A node with a place in the source: a statement or an expression.
+_Located: TypeAlias = ast.stmt | ast.expr
+#: A write to a name: (where, kind, value), see _Flow.events.
+_Event: TypeAlias = tuple[_Located, str, "ast.expr | None"]
 
 
 def _is_rng(context: ModuleContext, expr: ast.AST) -> bool:
@@ -68,7 +73,7 @@ def _bool_choices(call: ast.Call) -> bool:
     )
 
 
-def _shuffled_in_place(context: ModuleContext, call: ast.Call) -> ast.AST | None:
+def _shuffled_in_place(context: ModuleContext, call: ast.Call) -> ast.expr | None:
     """``np.random.shuffle(idx)`` / ``rng.shuffle(idx)`` → the shuffled expression."""
     qualname = context.qualname(call.func) or ""
     func = call.func
@@ -78,13 +83,20 @@ def _shuffled_in_place(context: ModuleContext, call: ast.Call) -> ast.AST | None
     return call.args[0] if in_place and call.args else None
 
 
-def _sorted_in_place(call: ast.Call) -> ast.AST | None:
+def _sorted_in_place(call: ast.Call) -> ast.expr | None:
     func = call.func
     return func.value if isinstance(func, ast.Attribute) and func.attr == "sort" and not call.args else None
 
 
-def _pos(node: ast.AST) -> tuple[int, int]:
+def _pos(node: _Located) -> tuple[int, int]:
     return (node.lineno, node.col_offset)
+
+
+def _shuffled_at(shuffle: _Located) -> str:
+    """``np.random.shuffle() at line 12``: the call of a "shuffle" event, for the message."""
+    # _Flow._scan records every shuffle at its call.
+    assert isinstance(shuffle, ast.Call)
+    return f"{ast.unparse(shuffle.func)}() at line {shuffle.lineno}"
 
 
 class _Flow:
@@ -92,19 +104,19 @@ class _Flow:
 
     def __init__(self, context: ModuleContext) -> None:
         self.context = context
-        self._index: dict[ast.AST, dict[str, list[tuple[ast.AST, str, ast.AST | None]]]] = {}
+        self._index: dict[ast.AST, dict[str, list[_Event]]] = {}
 
-    def events(self, scope: ast.AST, target: ast.AST) -> list[tuple[ast.AST, str, ast.AST | None]]:
+    def events(self, scope: ast.AST, target: ast.AST) -> list[_Event]:
         """(node, kind, value) for every write to ``target`` in ``scope``: kind is "assign"
         (value is what was assigned, None for a loop target or an unpacking), "shuffle" or "sort"."""
         if scope not in self._index:
             self._index[scope] = self._scan(scope)
         return self._index[scope].get(ast.unparse(target), [])
 
-    def _scan(self, scope: ast.AST) -> dict[str, list[tuple[ast.AST, str, ast.AST | None]]]:
-        found: dict[str, list[tuple[ast.AST, str, ast.AST | None]]] = {}
+    def _scan(self, scope: ast.AST) -> dict[str, list[_Event]]:
+        found: dict[str, list[_Event]] = {}
 
-        def add(target: ast.AST, node: ast.AST, kind: str, value: ast.AST | None) -> None:
+        def add(target: ast.AST, node: _Located, kind: str, value: ast.expr | None) -> None:
             if is_variable(target):
                 found.setdefault(ast.unparse(target), []).append((node, kind, value))
 
@@ -119,12 +131,13 @@ class _Flow:
                     add(element, node.target, "assign", None)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 for element in target_nodes(node.optional_vars):
-                    add(
-                        element,
-                        element,
-                        "assign",
-                        node.context_expr if element is node.optional_vars else None,
-                    )
+                    if isinstance(element, ast.expr):  # always: the parts of a target are expressions
+                        add(
+                            element,
+                            element,
+                            "assign",
+                            node.context_expr if element is node.optional_vars else None,
+                        )
             elif isinstance(node, ast.Call):
                 shuffled = _shuffled_in_place(self.context, node)
                 if shuffled is not None:
@@ -135,7 +148,9 @@ class _Flow:
             events.sort(key=lambda e: _pos(e[0]))
         return found
 
-    def value_at(self, target: ast.AST, at: ast.AST, kind: str, depth: int = 0) -> tuple[str | None, object]:
+    def value_at(
+        self, target: ast.AST, at: _Located, kind: str, depth: int = 0
+    ) -> tuple[str | None, str | None]:
         """What ``target`` holds when ``at`` runs, as (description, value) where kind is "order"
         (description of the shuffle, or None) or "h5" (the h5py object's kind, or None)."""
         if depth > 6:
@@ -150,13 +165,14 @@ class _Flow:
             for e in events
             if _pos(e[0]) > _pos(at) and e[1] == "shuffle" and loops & set(self.context.enclosing_loops(e[0]))
         ]
+        node: _Located | None
         if before:
             node, what, value = before[-1]
         elif isinstance(target, ast.Attribute) and (cls := self.context.class_of(at)) is not None:
             return self._class_value(cls, target, kind, depth)
         elif (
             isinstance(target, ast.Name)
-            and scope is not self.context.tree
+            and isinstance(scope, (ast.stmt, ast.expr))  # a function, lambda or class: not the module
             and not self._is_parameter(scope, target)
         ):
             node, what, value = self._outer_value(scope, target)
@@ -168,20 +184,21 @@ class _Flow:
                 if what == "assign" and value is not None
                 else (None, None)
             )
-        if what == "shuffle":
-            return f"{ast.unparse(node.func)}() at line {node.lineno}", None
+        if what == "shuffle" and node is not None:
+            return _shuffled_at(node), None
         if what == "sort":
             return None, None
-        found = self.order(value, node, depth + 1) if value is not None else None
+        # A value always comes with the write that assigned it.
+        found = self.order(value, node, depth + 1) if value is not None and node is not None else None
         if found is None and carried:
-            return f"{ast.unparse(carried[0][0].func)}() at line {carried[0][0].lineno}", None
+            return _shuffled_at(carried[0][0]), None
         return found, None
 
     def _is_parameter(self, scope: ast.AST, target: ast.Name) -> bool:
         args = getattr(scope, "args", None)
         return args is not None and target.id in {a.arg for a in ast.walk(args) if isinstance(a, ast.arg)}
 
-    def _outer_value(self, scope: ast.AST, target: ast.Name) -> tuple[ast.AST | None, str, ast.AST | None]:
+    def _outer_value(self, scope: _Located, target: ast.Name) -> tuple[_Located | None, str, ast.expr | None]:
         """A free name: the enclosing function's last write before this function is defined
         (a closure), or the module's only write to it (a global)."""
         while (outer := self.context.scope_of(scope)) is not self.context.tree and isinstance(
@@ -196,7 +213,7 @@ class _Flow:
 
     def _class_value(
         self, cls: ast.ClassDef, target: ast.Attribute, kind: str, depth: int
-    ) -> tuple[str | None, object]:
+    ) -> tuple[str | None, str | None]:
         events = [
             e for method in cls.body if isinstance(method, FUNCTIONS) for e in self.events(method, target)
         ]
@@ -211,10 +228,10 @@ class _Flow:
         orders = [self.order(value, node, depth + 1) if value is not None else None for node, value in values]
         shuffles = [node for node, what, _ in events if what == "shuffle"]
         if shuffles:
-            return f"{ast.unparse(shuffles[0].func)}() at line {shuffles[0].lineno}", None
+            return _shuffled_at(shuffles[0]), None
         return (orders[0], None) if orders and all(orders) else (None, None)
 
-    def order(self, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
+    def order(self, expr: ast.AST, at: _Located, depth: int = 0) -> str | None:
         """How ``expr`` came to be in random order ("np.random.permutation() at line 12"), or None."""
         if isinstance(expr, ast.Call):
             source = _order_source(self.context, expr)
@@ -232,7 +249,7 @@ class _Flow:
             return self.value_at(expr, at, "order", depth)[0]
         return None
 
-    def h5_kind(self, expr: ast.AST | None, at: ast.AST | None, depth: int = 0) -> str | None:
+    def h5_kind(self, expr: ast.AST | None, at: _Located | None, depth: int = 0) -> str | None:
         """ "file" for an ``h5py.File``, "node" for a group or dataset in one, else None."""
         if expr is None or at is None or depth > 8:
             return None
@@ -255,7 +272,7 @@ class _Flow:
                 return "node"
             return None
         if isinstance(expr, (ast.Name, ast.Attribute)) and is_variable(expr):
-            return self.value_at(expr, at, "h5", depth)[1]  # type: ignore[return-value]
+            return self.value_at(expr, at, "h5", depth)[1]
         return None
 
 
@@ -270,12 +287,12 @@ def _is_none(expr: ast.AST | None) -> bool:
     return isinstance(expr, ast.Constant) and expr.value is None
 
 
-def index_of(sub: ast.Subscript) -> ast.AST:
+def index_of(sub: ast.Subscript) -> ast.expr:
     """The index along the first axis: ``idx`` in ``dset[idx]`` and in ``dset[idx, :]``."""
     return sub.slice.elts[0] if isinstance(sub.slice, ast.Tuple) and sub.slice.elts else sub.slice
 
 
-def shuffled_reads(context: ModuleContext) -> Iterator[tuple[ast.Subscript, ast.AST, str]]:
+def shuffled_reads(context: ModuleContext) -> Iterator[tuple[ast.Subscript, ast.expr, str]]:
     """(read, its index, how the index came to be shuffled) for every read of an h5py dataset
     whose index along the first axis is in random order and was not sorted since."""
     if "h5py" not in context.imports.values() and not any(
