@@ -48,6 +48,13 @@ def end_line(node: Located) -> int:
     return end_of(node)[0]
 
 
+def line_of(node: ast.AST) -> int:
+    """The line a node starts on, for a node typed as any node (one that ``ast.walk`` found) that
+    the caller knows has a place: a statement, an expression..."""
+    assert isinstance(node, Located), f"a {type(node).__name__} has no place in the source"
+    return node.lineno
+
+
 def span(context: ModuleContext, node: Located) -> tuple[int, int, int, int]:
     """(line, col, end_line, end_col) of a node, 1-based characters, end exclusive."""
     last, end_offset = end_of(node)

@@ -18,17 +18,19 @@ from trainmedic.lint.accumulators import (
     touches,
     writes_in_place,
 )
-from trainmedic.lint.context import FUNCTIONS, LOOPS, SCOPES, ModuleContext
+from trainmedic.lint.context import FUNCTIONS, LOOPS, SCOPES, Loop, ModuleContext
 from trainmedic.lint.fixing import (
-    column,
     dedented,
+    end_line,
     free_name,
     indent_of,
     insert_at,
     insert_lines,
+    line_of,
     owns_its_lines,
     remove_lines,
     replace_node,
+    span,
     statement_of,
     string_lines,
     text_between,
@@ -54,6 +56,7 @@ def fix(context: ModuleContext, call: ast.AST) -> Fix | str:
     reads moves after the loop; ``acc = torch.cat([acc, x])`` collects ``x`` in a list and
     concatenates once after the loop, ``acc = torch.cat([acc, *parts])``, so the initial tensor's
     dtype and shape count exactly as they did."""
+    assert isinstance(call, ast.Call)  # TM106's check reports calls only
     listed = concatenated_list(context, call)
     accumulated = None if listed is not None else accumulated_tensor(context, call)
     key = list_key(listed if listed is not None else accumulated)
@@ -75,7 +78,7 @@ def _grown_elsewhere_reason(context: ModuleContext, call: ast.Call, key: str) ->
             f"`{key}` grows by one concatenation each time {where} runs (every step); where the whole "
             "of it is needed is not visible here: collect the parts in a list and concatenate there"
         )
-    line = f" at line {growth.lineno}" if growth is not None else ""
+    line = f" at line {line_of(growth)}" if growth is not None else ""
     return (
         f"`{key}` is appended to{line} and concatenated in {where}, which runs every step; the place "
         "where the list is complete, to concatenate it once (a finalize() step), is not visible in the "
@@ -87,6 +90,7 @@ def _move_after_loop(context: ModuleContext, call: ast.Call, key: str) -> Fix | 
     """``v = torch.cat(xs)`` in the loop, with ``v`` unread there: the same statement after it."""
     loop = next(context.enclosing_loops(call))
     statement = statement_of(context, call)
+    assert statement is not None  # the call is inside the loop, itself a statement
     if statement not in loop.body:
         block = next(a for a in context.ancestors(statement) if isinstance(a, ast.stmt))
         return (
@@ -94,7 +98,7 @@ def _move_after_loop(context: ModuleContext, call: ast.Call, key: str) -> Fix | 
             "loop's body, so moving it after the loop would change when or how it runs; move it by hand"
         )
     targets = statement.targets if isinstance(statement, ast.Assign) else []
-    if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+    if not isinstance(statement, ast.Assign) or len(targets) != 1 or not isinstance(targets[0], ast.Name):
         return (
             f"the concatenated result at line {statement.lineno} is used in place, not kept in a "
             "variable; keep a running result instead (a running sum on the device, or concatenate "
@@ -117,14 +121,14 @@ def _move_after_loop(context: ModuleContext, call: ast.Call, key: str) -> Fix | 
     touched = touches(context, later, key)
     if touched is not None:
         return (
-            f"`{key}` is used again at line {touched.lineno}, after the concatenation in the same step, "
+            f"`{key}` is used again at line {line_of(touched)}, after the concatenation in the same step, "
             "so after the loop it may hold something else; move it by hand"
         )
     for read in sorted(read_keys(statement.value) - {key}):
         changed = rebinding(later, read)
         if changed is not None:
             return (
-                f"`{read}` changes at line {changed.lineno}, after the concatenation in the same step, so "
+                f"`{read}` changes at line {line_of(changed)}, after the concatenation in the same step, so "
                 "the statement would see another value after the loop; move it by hand"
             )
     appended = {
@@ -135,7 +139,7 @@ def _move_after_loop(context: ModuleContext, call: ast.Call, key: str) -> Fix | 
     written = writes_in_place(context, later, appended)
     if written is not None:
         return (
-            f"line {written.lineno} changes in place what was appended to `{key}`, after the "
+            f"line {line_of(written)} changes in place what was appended to `{key}`, after the "
             "concatenation in the same step; move it by hand"
         )
     if not owns_its_lines(context, statement):
@@ -144,10 +148,10 @@ def _move_after_loop(context: ModuleContext, call: ast.Call, key: str) -> Fix | 
         return "the concatenation is the loop's only statement; move it by hand"
     indent, inner = indent_of(context, loop.lineno), indent_of(context, statement.lineno)
     by = len(inner) - len(indent)
-    text = "\n".join(dedented(context, statement.lineno, statement.end_lineno, by, string_lines(statement)))
+    text = "\n".join(dedented(context, statement.lineno, end_line(statement), by, string_lines(statement)))
     edits = (
-        remove_lines(context, statement.lineno, statement.end_lineno),
-        insert_lines(context, loop.end_lineno + 1, text + "\n"),
+        remove_lines(context, statement.lineno, end_line(statement)),
+        insert_lines(context, end_line(loop) + 1, text + "\n"),
     )
     return Fix(
         f"move `{name} = ...` after the loop: nothing in the loop reads `{name}`, so one concatenation "
@@ -161,6 +165,7 @@ def _collect_parts(context: ModuleContext, call: ast.Call, key: str) -> Fix | st
     ``acc = torch.cat([acc, *parts])``."""
     loop = next(context.enclosing_loops(call))
     statement = context.parent(call)
+    assert isinstance(statement, ast.Assign)  # accumulated_tensor() found the call as its value
     func = ast.unparse(call.func)
     if not isinstance(statement.targets[0], ast.Name):
         return (
@@ -173,6 +178,7 @@ def _collect_parts(context: ModuleContext, call: ast.Call, key: str) -> Fix | st
             "collect the parts by hand"
         )
     tensors = argument(call, 0, "tensors")
+    assert isinstance(tensors, (ast.List, ast.Tuple))  # what accumulated_tensor() found the tensor in
     elements = tensors.elts
     if list_key(elements[0]) != key:
         return (
@@ -214,14 +220,14 @@ def _collect_parts(context: ModuleContext, call: ast.Call, key: str) -> Fix | st
     written = writes_in_place(context, others, roots)
     if written is not None:
         return (
-            f"line {written.lineno} changes in place a tensor that is concatenated; a list would keep the "
+            f"line {line_of(written)} changes in place a tensor that is concatenated; a list would keep the "
             "changed one, so collect the parts by hand"
         )
     for part in parts:
         shared = reused_buffer(context, part, inside, others)
         if shared is not None:
             return (
-                f"`{text_of(context, part)}` is the same buffer on every step and line {shared.lineno} may "
+                f"`{text_of(context, part)}` is the same buffer on every step and line {line_of(shared)} may "
                 "fill it in place; a list would keep only its last content, so collect the parts by hand"
             )
     name = free_name(context, f"{key}_parts")
@@ -229,14 +235,12 @@ def _collect_parts(context: ModuleContext, call: ast.Call, key: str) -> Fix | st
     single = len(parts) == 1 and not isinstance(parts[0], ast.Starred)
     grow = f"{name}.append({texts[0]})" if single else f"{name}.extend([{', '.join(texts)}])"
     indent, inner = indent_of(context, loop.lineno), indent_of(context, statement.lineno)
-    line, col = tensors.lineno, column(context, tensors.lineno, tensors.col_offset)
-    end_line, end_col = tensors.end_lineno, column(context, tensors.end_lineno, tensors.end_col_offset)
-    start = (statement.lineno, column(context, statement.lineno, statement.col_offset))
-    stop = (statement.end_lineno, column(context, statement.end_lineno, statement.end_col_offset))
+    line, col, end, end_col = span(context, tensors)
+    first, first_col, last, last_col = span(context, statement)
     final = (
-        text_between(context, start, (line, col))
+        text_between(context, (first, first_col), (line, col))
         + f"[{key}, *{name}]"
-        + text_between(context, (end_line, end_col), stop)
+        + text_between(context, (end, end_col), (last, last_col))
     )
     lines = final.split("\n")
     lines = [indent + lines[0]] + [
@@ -245,7 +249,7 @@ def _collect_parts(context: ModuleContext, call: ast.Call, key: str) -> Fix | st
     edits = (
         insert_at(loop.lineno, 1, f"{indent}{name} = []\n"),
         replace_node(context, statement, grow),
-        insert_lines(context, loop.end_lineno + 1, "\n".join(lines) + "\n"),
+        insert_lines(context, end_line(loop) + 1, "\n".join(lines) + "\n"),
     )
     shown = lines[0].strip() if len(lines) == 1 else f"{key} = {func}([{key}, *{name}], ...)"
     return Fix(
@@ -255,7 +259,7 @@ def _collect_parts(context: ModuleContext, call: ast.Call, key: str) -> Fix | st
     )
 
 
-def _loop_refusal(context: ModuleContext, loop: ast.AST, statement: ast.stmt) -> str | None:
+def _loop_refusal(context: ModuleContext, loop: Loop, statement: ast.stmt) -> str | None:
     """What makes "after the loop" a different place from "after the last step"."""
     if loop.orelse:
         return f"the loop has an else: block (line {loop.orelse[0].lineno}); move the concatenation by hand"
@@ -270,7 +274,7 @@ def _loop_refusal(context: ModuleContext, loop: ast.AST, statement: ast.stmt) ->
     return None
 
 
-def _variable_refusal(context: ModuleContext, loop: ast.AST, statement: ast.stmt, name: str) -> str | None:
+def _variable_refusal(context: ModuleContext, loop: Loop, statement: ast.Assign, name: str) -> str | None:
     for node in (n for stmt in [*_targets(loop), *_body(loop), *_tests(loop)] for n in ast.walk(stmt)):
         if isinstance(node, ast.Name) and node.id == name and node is not statement.targets[0]:
             if isinstance(node.ctx, ast.Load):
@@ -320,7 +324,7 @@ def _kind(statement: ast.stmt) -> str:
     return f"`{words.get(type(statement), type(statement).__name__.lower())}` block"
 
 
-def _body(loop: ast.AST) -> list[ast.stmt]:
+def _body(loop: Loop) -> list[ast.stmt]:
     return list(loop.body)
 
 
@@ -337,9 +341,9 @@ def _within(context: ModuleContext, node: ast.AST, container: ast.AST) -> bool:
     return node is container or any(a is container for a in context.ancestors(node))
 
 
-def _exit(statements: list[ast.stmt]) -> ast.AST | None:
+def _exit(statements: list[ast.stmt]) -> ast.Break | ast.Continue | None:
     """A ``break`` or ``continue`` of this loop among ``statements`` (not of a loop inside)."""
-    stack = list(statements)
+    stack: list[ast.AST] = list(statements)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Break, ast.Continue)):
