@@ -7,7 +7,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.lint.context import FUNCTIONS, ModuleContext
+from trainmedic.lint.context import FUNCTIONS, Function, ModuleContext
 from trainmedic.lint.model import Rule
 from trainmedic.lint.syntax import argument, keyword, last_name, target_nodes
 
@@ -163,7 +163,11 @@ def _loads_once(context: ModuleContext, node: ast.AST, method: ast.AST) -> bool:
             return False
         if isinstance(ancestor, ast.If):
             tested = {ast.unparse(n) for n in ast.walk(ancestor.test) if isinstance(n, ast.Attribute)}
-            tested |= {f"self.{c.value}" for c in ast.walk(ancestor.test) if isinstance(c, ast.Constant)}
+            tested |= {
+                f"self.{c.value}"
+                for c in ast.walk(ancestor.test)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)  # hasattr(self, "data")
+            }
             assigned = {
                 ast.unparse(t) for n in ast.walk(ancestor) if isinstance(n, ast.Assign) for t in n.targets
             }
@@ -174,10 +178,10 @@ def _loads_once(context: ModuleContext, node: ast.AST, method: ast.AST) -> bool:
 
 def _file_handles(context: ModuleContext, cls: ast.ClassDef) -> set[str]:
     """``self.h5`` when the class assigns it ``h5py.File(...)`` or ``zarr.open(...)``: indexing it reads the disk."""
-    handles = set()
+    handles: set[str] = set()
     for node in ast.walk(cls):
         if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Call, ast.Subscript)):
-            call = node.value
+            call: ast.expr = node.value
             while isinstance(call, ast.Subscript):
                 call = call.value
             if isinstance(call, ast.Call) and (context.qualname(call.func) or "").startswith(
@@ -213,14 +217,14 @@ def _dataset_class(
     if not isinstance(expr, (ast.Name, ast.Attribute)):
         return None
     target = ast.unparse(expr)
+    scopes: list[ast.AST]
     if isinstance(expr, ast.Attribute):
         cls = context.class_of(at)
         scopes = [f for f in cls.body if isinstance(f, FUNCTIONS)] if cls is not None else []
     else:
         scope = context.scope_of(at)
-        if expr.id in {
-            a.arg for a in ast.walk(getattr(scope, "args", ast.arguments())) if isinstance(a, ast.arg)
-        }:
+        args = scope.args if isinstance(scope, (*FUNCTIONS, ast.Lambda)) else None
+        if args is not None and expr.id in {a.arg for a in ast.walk(args) if isinstance(a, ast.arg)}:
             return None  # a parameter: whatever the caller passes
         scopes = [scope, context.tree]
     for scope in scopes:
@@ -253,6 +257,7 @@ def _iterated_every_epoch(context: ModuleContext, loader_call: ast.Call) -> str 
         return None
     target = ast.unparse(assign.targets[0])
     build_loops = set(context.enclosing_loops(assign))
+    scopes: list[ast.AST]
     if isinstance(assign.targets[0], ast.Attribute):
         cls = context.class_of(assign)
         scopes = [f for f in ast.walk(cls) if isinstance(f, FUNCTIONS)] if cls is not None else []
@@ -283,12 +288,12 @@ def _iterated_every_epoch(context: ModuleContext, loader_call: ast.Call) -> str 
                 continue
             if any(loop not in build_loops for loop in context.enclosing_loops(node)):
                 return f"line {node.lineno}"
-            if scope is not context.tree and (caller := _called_in_a_loop(context, scope)) is not None:
+            if isinstance(scope, FUNCTIONS) and (caller := _called_in_a_loop(context, scope)) is not None:
                 return f"line {node.lineno}, in {scope.name}() called from the loop at line {caller.lineno}"
     return None
 
 
-def _called_in_a_loop(context: ModuleContext, function: ast.AST) -> ast.Call | None:
+def _called_in_a_loop(context: ModuleContext, function: Function) -> ast.Call | None:
     """The call of ``train_one_epoch()`` in ``for epoch in range(epochs):``."""
     return next(
         (call for call in context.callers(function) if next(context.enclosing_loops(call), None) is not None),
@@ -326,6 +331,7 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         if keyword(call, "persistent_workers") is not None:
             continue
         function = context.function_of(call)
+        where: str | None
         if (
             function is not None
             and function.name in _EPOCH_HOOKS
