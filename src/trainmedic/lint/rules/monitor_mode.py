@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from trainmedic.lint.context import ModuleContext
-from trainmedic.lint.fixing import column, indent_of, insert_at, replace_node, span, text_of
+from trainmedic.lint.fixing import column, end_of, indent_of, insert_at, replace_node, span, text_of
 from trainmedic.lint.model import Fix, Rule
 from trainmedic.lint.syntax import argument, keyword, string_value
 
@@ -352,7 +352,9 @@ class _Module:
     def declared(self) -> dict[str, str]:
         if self._declared is None:
             self._declared = _declared_metric_names(self.context)
-            self.outputs = {k.value for d in self.context.nodes(ast.Dict) for k in d.keys if string_value(k)}
+            self.outputs = {
+                name for d in self.context.nodes(ast.Dict) for k in d.keys if (name := string_value(k))
+            }
         return self._declared
 
 
@@ -381,6 +383,8 @@ def _judge(module: _Module, call: ast.Call) -> _Finding | None:
     if mode is not None and not (framework == "keras" and string_value(mode) == "auto"):
         return None
     monitor_node = argument(call, positions[0], "monitor")
+    if monitor_node is None:
+        return None  # the default monitor: no name to judge
     monitor = _literal(context, call, monitor_node)
     if monitor is None:
         return None
@@ -408,6 +412,7 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
 def fix(context: ModuleContext, call: ast.AST) -> Fix | str:
     """Pass the mode the metric's name says: replace ``mode="auto"``, or add ``mode=`` after the
     last argument (on its own line when the call puts one argument per line)."""
+    assert isinstance(call, ast.Call)  # what check() reports: the callback's call
     judged = _judge(_Module(context), call)
     if judged is None or judged.wanted is None:
         return (
@@ -418,17 +423,19 @@ def fix(context: ModuleContext, call: ast.AST) -> Fix | str:
     value = f"{quote}{judged.wanted}{quote}"
     if judged.auto is not None:
         return Fix(f"mode={value} instead of 'auto'", (replace_node(context, judged.auto, value),))
-    arguments = sorted([*call.args, *(k for k in call.keywords)], key=lambda n: (n.lineno, n.col_offset))
+    arguments: list[ast.expr | ast.keyword] = sorted(
+        [*call.args, *(k for k in call.keywords)], key=lambda n: (n.lineno, n.col_offset)
+    )
     if not arguments:
         return "the call has no arguments to add mode= after; pass it yourself"
     last = arguments[-1]
     line, col, end_line, end_col = span(context, last)
-    one_per_line = len(arguments) > 1 and arguments[-2].end_lineno < last.lineno and owns_start(context, last)
+    one_per_line = len(arguments) > 1 and end_of(arguments[-2])[0] < last.lineno and owns_start(context, last)
     text = f",\n{indent_of(context, line)}mode={value}" if one_per_line else f", mode={value}"
     return Fix(f"pass mode={value}", (insert_at(end_line, end_col, text),))
 
 
-def owns_start(context: ModuleContext, node: ast.AST) -> bool:
+def owns_start(context: ModuleContext, node: ast.expr | ast.keyword) -> bool:
     """Only whitespace before ``node`` on its first line."""
     return not context.lines[node.lineno - 1][: column(context, node.lineno, node.col_offset) - 1].strip()
 
