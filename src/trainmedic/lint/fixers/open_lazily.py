@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeAlias
 
-from trainmedic.lint.context import FUNCTIONS, ModuleContext
+from trainmedic.lint.context import FUNCTIONS, Function, ModuleContext
 from trainmedic.lint.fixing import (
     block_of,
     column,
     dedented,
+    end_line,
+    end_of,
     ensure_import,
     free_name,
     hoist_point,
@@ -35,6 +39,9 @@ from trainmedic.lint.syntax import last_name, string_value
 #: Openers whose handle is kept on the Dataset: the attribute it is kept in, and what it is.
 _KEPT = {"h5py.File": ("_file", "the HDF5 file"), "sqlite3.connect": ("_conn", "the sqlite3 connection")}
 _HEADER_END = re.compile(r"\s*:\s*(#.*)?$")
+#: Where the open is replaced: the edits that put the guard (or nothing) before the statement and
+#: the kept handle in place of the open, and that statement; or why it cannot be.
+_Site: TypeAlias = tuple[Callable[[str, str], list[Edit]], ast.stmt] | str
 
 
 def fix(context: ModuleContext, node: ast.AST) -> Fix | str:
@@ -43,9 +50,12 @@ def fix(context: ModuleContext, node: ast.AST) -> Fix | str:
     reopened when the process id changes (a forked DataLoader worker must not read through its
     parent's handle), and left out when the Dataset is pickled (a spawned worker opens its own;
     an open handle cannot be pickled)."""
-    call: ast.Call = node  # type: ignore[assignment]
+    assert isinstance(node, ast.Call)  # TM105's check reports open calls only
+    call = node
     memo, factories = ScopeMemo(context), session_factories(context)
-    name, path = opened(context, call, factories)  # type: ignore[misc]
+    opening = opened(context, call, factories)
+    assert opening is not None  # the check reported it because it opens something
+    name, path = opening
     qualname = context.qualname(call.func) or ""
     method, cls = context.function_of(call), context.class_of(call)
     if cls is None or method is None or method not in getitem_reach(memo, cls) or method not in cls.body:
@@ -196,7 +206,7 @@ def _own_getstate(method: ast.AST) -> ast.Dict | None:
 
 
 def _path_problem(
-    context: ModuleContext, cls: ast.ClassDef, call: ast.Call, method: ast.AST, me: str
+    context: ModuleContext, cls: ast.ClassDef, call: ast.Call, method: Function, me: str
 ) -> str | None:
     """The path reads ``self.x`` that a method other than ``__init__`` sets: a handle kept from
     the first call would go on reading the old file."""
@@ -206,9 +216,10 @@ def _path_problem(
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == me
     }
     for other in (m for m in cls.body if isinstance(m, FUNCTIONS) and m.name != "__init__"):
-        owner = (other.args.posonlyargs + other.args.args or [None])[0]
-        if owner is None:
+        parameters = other.args.posonlyargs + other.args.args
+        if not parameters:
             continue
+        owner = parameters[0]
         for assign in (
             n for n in ast.walk(other) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
         ):
@@ -248,14 +259,14 @@ def _names(context: ModuleContext, cls: ast.ClassDef, call: ast.Call, wanted: st
 
 
 def _setup_edits(
-    context: ModuleContext, cls: ast.ClassDef, method: ast.AST, attr: str, pid: str
+    context: ModuleContext, cls: ast.ClassDef, method: Function, attr: str, pid: str
 ) -> list[Edit] | str:
     """``self._file = None`` (and its pid) at the top of ``__init__`` (class attributes when there
     is no ``__init__``), and ``__getstate__`` leaving the handle out of what is pickled."""
     unit = indent_unit(context)
     init = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
     state = next((m for m in cls.body if isinstance(m, FUNCTIONS) and m.name == "__getstate__"), None)
-    note = f"  # opened in {method.name}() on first use in each process"  # type: ignore[attr-defined]
+    note = f"  # opened in {method.name}() on first use in each process"
     edits: list[Edit] = []
     if init is not None:
         if not init.args.args:
@@ -286,7 +297,8 @@ def _setup_edits(
         where = None
     if state is not None:
         found = _own_getstate(state)
-        _, _, line, col = span(context, found)  # type: ignore[arg-type]
+        assert found is not None  # _class_problem() turned down a __getstate__ of any other shape
+        _, _, line, col = span(context, found)
         edits.append(insert_at(line, col - 1, f', "{attr}": None'))
         return edits
     indent = indent_of(context, cls.body[0].lineno)
@@ -300,7 +312,7 @@ def _setup_edits(
         first_edit = edits.pop()
         edits.append(replace(first_edit, text=first_edit.text + "\n" + method_text + "\n"))
     else:
-        edits.append(_insert_line(context, cls, where.end_lineno + 1, "\n" + method_text, after_stmt=where))
+        edits.append(_insert_line(context, cls, end_line(where) + 1, "\n" + method_text, after_stmt=where))
     return edits
 
 
@@ -311,24 +323,28 @@ def _after_preamble(body: list[ast.stmt]) -> int:
         position = 1
     if (
         position < len(body)
-        and isinstance(body[position], ast.Expr)
-        and isinstance(body[position].value, ast.Call)
+        and isinstance(statement := body[position], ast.Expr)
+        and isinstance(statement.value, ast.Call)
     ):
-        if ast.unparse(body[position].value.func).endswith("__init__"):
+        if ast.unparse(statement.value.func).endswith("__init__"):
             position += 1
     return position
 
 
 def _insert_line(
-    context: ModuleContext, owner: ast.AST, at: int, text: str, after_stmt: ast.AST | None = None
+    context: ModuleContext,
+    owner: ast.FunctionDef | ast.ClassDef,
+    at: int,
+    text: str,
+    after_stmt: ast.stmt | None = None,
 ) -> Edit:
     """Insert whole lines before ``owner.body[at]`` (after its last statement when ``at`` is the
     body's length); with ``after_stmt``, ``at`` is a line number: insert there."""
     if after_stmt is None:
-        body = owner.body  # type: ignore[attr-defined]
+        body = owner.body
         if at < len(body):
             return insert_at(body[at].lineno, 1, text)
-        line = body[-1].end_lineno + 1
+        line = end_line(body[-1]) + 1
     else:
         # Past comments that close the statement's block: they belong to it.
         line, deeper = at, len(indent_of(context, after_stmt.lineno))
@@ -339,36 +355,40 @@ def _insert_line(
     return insert_lines(context, line, text)
 
 
-def _with_site(context: ModuleContext, kind: str, call: ast.Call, item: ast.withitem, method: ast.AST):
+def _with_site(
+    context: ModuleContext, kind: str, call: ast.Call, item: ast.withitem, method: Function
+) -> _Site:
     """``with h5py.File(...) as f: <body>`` → the guard, ``f = self._file``, the body one level out."""
     stmt = context.parent(item)
     target = item.optional_vars
     if not isinstance(stmt, ast.With) or len(stmt.items) != 1 or not isinstance(target, ast.Name):
         return "it is opened in a `with` of several items or without `as name`, which is not rewritten automatically"
     # The header may span lines (a long call); it ends with ``as f:`` on its last one.
-    header_end = target.end_lineno
+    header_end, target_end = end_of(target)
     before = context.lines[stmt.lineno - 1][: column(context, stmt.lineno, stmt.col_offset) - 1]
-    rest = context.lines[header_end - 1][column(context, header_end, target.end_col_offset) - 1 :]
-    if before.strip() or not _HEADER_END.match(rest) or stmt.body[0].lineno <= header_end:
+    rest = context.lines[header_end - 1][column(context, header_end, target_end) - 1 :]
+    header = _HEADER_END.match(rest)
+    if before.strip() or not header or stmt.body[0].lineno <= header_end:
         return "its `with` statement is not laid out on lines of its own above its body"
     problem = uses_problem(context, kind, target.id, stmt.body, method)
     if problem:
         return problem
-    comment = _HEADER_END.match(rest).group(1)  # type: ignore[union-attr]
+    comment = header.group(1)
     by = len(indent_of(context, stmt.body[0].lineno)) - len(indent_of(context, stmt.lineno))
-    body = dedented(context, header_end + 1, stmt.end_lineno, by, string_lines(stmt))
+    last = end_line(stmt)
+    body = dedented(context, header_end + 1, last, by, string_lines(stmt))
 
     def replace_site(guard: str, kept: str) -> list[Edit]:
         handle = f"{indent_of(context, stmt.lineno)}{target.id} = {kept}" + (
             f"  {comment}" if comment else ""
         )
-        end = len(context.lines[stmt.end_lineno - 1]) + 1
-        return [Edit(stmt.lineno, 1, stmt.end_lineno, end, guard + "\n".join([handle, *body]))]
+        end = len(context.lines[last - 1]) + 1
+        return [Edit(stmt.lineno, 1, last, end, guard + "\n".join([handle, *body]))]
 
     return replace_site, stmt
 
 
-def _assign_site(context: ModuleContext, kind: str, assign: ast.Assign, method: ast.AST):
+def _assign_site(context: ModuleContext, kind: str, assign: ast.Assign, method: Function) -> _Site:
     """``f = h5py.File(...)`` ... ``f.close()`` → the guard, ``f = self._file``; the closes go."""
     target = assign.targets[0]
     if len(assign.targets) != 1 or not isinstance(target, ast.Name) or not owns_its_lines(context, assign):
@@ -395,23 +415,22 @@ def _assign_site(context: ModuleContext, kind: str, assign: ast.Assign, method: 
     if rebound:
         return f"{name} is assigned again at line {rebound[0].lineno}, so which handle each use reads is not clear"
     skip = {id(n) for close in closes for n in ast.walk(close)} | {id(target)}
-    problem = uses_problem(context, kind, name, method.body, method, skip)  # type: ignore[attr-defined]
+    problem = uses_problem(context, kind, name, method.body, method, skip)
     if problem:
         return problem
-    comment = trailing_comment(
-        context, assign.end_lineno, column(context, assign.end_lineno, assign.end_col_offset)
-    )
+    last, last_offset = end_of(assign)
+    comment = trailing_comment(context, last, column(context, last, last_offset))
 
     def replace_site(guard: str, kept: str) -> list[Edit]:
         handle = f"{indent_of(context, assign.lineno)}{name} = {kept}" + (f"  {comment}" if comment else "")
-        end = len(context.lines[assign.end_lineno - 1]) + 1
-        edits = [Edit(assign.lineno, 1, assign.end_lineno, end, guard + handle)]
-        return edits + [remove_lines(context, close.lineno, close.end_lineno) for close in closes]
+        end = len(context.lines[last - 1]) + 1
+        edits = [Edit(assign.lineno, 1, last, end, guard + handle)]
+        return edits + [remove_lines(context, close.lineno, end_line(close)) for close in closes]
 
     return replace_site, assign
 
 
-def _inline_site(context: ModuleContext, kind: str, call: ast.Call):
+def _inline_site(context: ModuleContext, kind: str, call: ast.Call) -> _Site:
     """``h5py.File(...)["x"][i]`` → the guard before the statement, ``self._file["x"][i]``."""
     problem = use_problem(context, kind, call)
     if problem:
