@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainmedic.lint.context import LOOPS, SCOPES, ModuleContext
+from trainmedic.lint.context import LOOPS, SCOPES, Loop, ModuleContext
 from trainmedic.lint.model import Rule
 from trainmedic.lint.sample_makers import generated_sample
 from trainmedic.lint.syntax import (
@@ -224,10 +224,17 @@ def _array_rows(context: ModuleContext, name: ast.AST) -> bool:
     """``for row in arr`` where ``arr = np.load(path)["x"].astype(...)``: the rows of a data array."""
     values = _assigned(context, name)
     root = values[-1] if values else None
-    while isinstance(root, (ast.Subscript, ast.Attribute)) or (
-        isinstance(root, ast.Call) and isinstance(root.func, ast.Attribute) and not _array_call(context, root)
-    ):
-        root = root.func.value if isinstance(root, ast.Call) else root.value  # type: ignore[union-attr]
+    while True:
+        if isinstance(root, (ast.Subscript, ast.Attribute)):
+            root = root.value
+        elif (
+            isinstance(root, ast.Call)
+            and isinstance(root.func, ast.Attribute)
+            and not _array_call(context, root)
+        ):
+            root = root.func.value
+        else:
+            break
     return isinstance(root, ast.Call) and _array_call(context, root)
 
 
@@ -243,22 +250,28 @@ def _in_sample_loop(context: ModuleContext, call: ast.Call, moved: ast.AST) -> t
     for ancestor in context.ancestors(call):
         if isinstance(ancestor, SCOPES) or ancestor in context.step_loops:
             return None  # a loop with an optimizer step iterates batches: one transfer per step
-        loops: list[ast.AST] = []
+        loops: list[ast.comprehension | Loop] = []
         if isinstance(ancestor, _COMPREHENSIONS) and child is not ancestor.generators[0].iter:
-            loops = list(ancestor.generators)
+            loops, line = list(ancestor.generators), ancestor.lineno
         elif isinstance(ancestor, LOOPS) and any(child is s for s in ancestor.body):  # else: runs once
-            loops = [ancestor]
+            loops, line = [ancestor], ancestor.lineno
         if loops:
             # A sample made by the user's function each iteration (generate, then move).
             generated = generated_sample(context, ancestor, call, moved)
             if generated is not None:
                 return f"in {generated[0]}", generated[1]
         for loop in loops:
-            iterable = getattr(loop, "iter", None)
-            zipped = isinstance(iterable, ast.Call) and last_name(iterable.func) in _WRAPPERS
-            over = next((p for p in (iterable.args if zipped else [iterable]) if _samples(context, p)), None)
+            if isinstance(loop, ast.While):
+                continue  # a while loop iterates over nothing
+            iterable = loop.iter
+            # enumerate(x), zip(x, y), tqdm(x): what is iterated is their arguments.
+            if isinstance(iterable, ast.Call) and last_name(iterable.func) in _WRAPPERS:
+                iterables = iterable.args
+            else:
+                iterables = [iterable]
+            over = next((p for p in iterables if _samples(context, p)), None)
             if over is not None and _varies(loop, ancestor, moved):
-                return f"in the loop over `{ast.unparse(over)}` (line {ancestor.lineno})", None
+                return f"in the loop over `{ast.unparse(over)}` (line {line})", None
         child = ancestor
     return None
 
@@ -287,9 +300,9 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
                 ),
             )
             continue
-        found = _in_sample_loop(context, call, moved)
-        if found is not None:
-            where, maker = found
+        in_loop = _in_sample_loop(context, call, moved)
+        if in_loop is not None:
+            where, maker = in_loop
             batched = (
                 f": `gen = batch.vectorize({maker})` (trainmedic.batch) makes it in one call per 256 samples"
                 if maker
