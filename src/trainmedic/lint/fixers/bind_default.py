@@ -8,9 +8,9 @@ import io
 import tokenize
 from collections.abc import Iterator
 
-from trainmedic.lint.context import ModuleContext
-from trainmedic.lint.fixing import column, insert_at
-from trainmedic.lint.loop_closures import COMPREHENSIONS, free_names, late_captures, name_stores
+from trainmedic.lint.context import LOOPS, ModuleContext
+from trainmedic.lint.fixing import column, end_line, insert_at
+from trainmedic.lint.loop_closures import COMPREHENSIONS, Closure, free_names, late_captures, name_stores
 from trainmedic.lint.model import Edit, Fix
 from trainmedic.lint.syntax import bound_names, names_in
 
@@ -24,6 +24,7 @@ def fix(context: ModuleContext, function: ast.AST) -> Fix | str:
     passes one more positional argument than the callable names would silently replace a
     positional default (Keras's LearningRateScheduler tries ``schedule(epoch, lr)`` first, and
     Keras's Lambda passes ``mask=``/``training=`` to positional parameters of those names)."""
+    assert isinstance(function, Closure)  # TM101's check reports lambdas and functions only
     reports = list(late_captures(context, function))
     if not reports:
         return "the callable no longer reads a loop variable late"
@@ -84,18 +85,20 @@ def _declared(function: ast.AST) -> dict[str, str]:
 
 
 def _bindings(
-    context: ModuleContext, loop: ast.AST, name: str, function: ast.AST
-) -> tuple[bool, list[ast.AST], list[int]]:
+    context: ModuleContext, loop: ast.AST, name: str, function: Closure
+) -> tuple[bool, list[ast.stmt | ast.expr], list[int]]:
     """Whether every iteration binds ``name`` before ``function`` is made (a ``for`` target, an
     earlier assignment on every path, a ``while`` test's variable); the earlier assignments made
     only on some paths (under an ``if``, a ``try``, an inner loop); the lines that bind it again after."""
     if isinstance(loop, COMPREHENSIONS):
         return True, [], []
+    assert isinstance(loop, LOOPS)  # late_captures() reports loops and comprehensions only
     sure = (isinstance(loop, (ast.For, ast.AsyncFor)) and name in bound_names(loop.target)) or (
         isinstance(loop, ast.While) and name in names_in(loop.test)
     )
     start = (function.lineno, function.col_offset)
-    maybe, after = [], []
+    maybe: list[ast.stmt | ast.expr] = []
+    after: list[int] = []
     for node in name_stores(loop.body):
         if node.id != name:
             continue
@@ -125,7 +128,7 @@ def _ancestors_within(context: ModuleContext, node: ast.AST, loop: ast.AST) -> I
         yield ancestor
 
 
-def _binding_edit(context: ModuleContext, function: ast.AST, names: list[str]) -> Edit | None:
+def _binding_edit(context: ModuleContext, function: Closure, names: list[str]) -> Edit | None:
     """The insertion of ``*, name=name`` (or ``name=name`` after ``*args`` or a bare ``*``) at the
     end of the parameter list."""
     last = _last_parameter_token(context, function)
@@ -146,16 +149,16 @@ def _binding_edit(context: ModuleContext, function: ast.AST, names: list[str]) -
     return insert_at(line, col + 1, text)
 
 
-def _last_parameter_token(context: ModuleContext, function: ast.AST) -> tuple[tuple[int, int], str] | None:
+def _last_parameter_token(context: ModuleContext, function: Closure) -> tuple[tuple[int, int], str] | None:
     """The end (line, 0-based character column) and text of the last token before the ``:`` that
     closes a lambda's parameters or the ``)`` that closes a def's: ``lambda`` or ``(`` when there
     are none. None when the source cannot be tokenized from the statement's start."""
     if isinstance(function, ast.Lambda):
         statement = next(a for a in context.ancestors(function) if isinstance(a, ast.stmt))
         first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
-        last_line = statement.end_lineno
+        last_line = end_line(statement)
     else:
-        first, last_line = function.lineno, function.end_lineno
+        first, last_line = function.lineno, end_line(function)
     start = (function.lineno, column(context, function.lineno, function.col_offset) - 1)
     text = "\n".join(context.lines[first - 1 : last_line]) + "\n"
     skip = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
