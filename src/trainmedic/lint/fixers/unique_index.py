@@ -19,7 +19,7 @@ from trainmedic.lint.fixing import (
     text_of,
 )
 from trainmedic.lint.h5py_reads import index_of, is_variable, shuffled_reads
-from trainmedic.lint.model import Fix
+from trainmedic.lint.model import Edit, Fix
 from trainmedic.lint.syntax import last_name, names_in, target_nodes
 
 #: The reads TM104 reports in a module, found once for all of its fixes.
@@ -40,7 +40,8 @@ def fix(context: ModuleContext, node: ast.AST) -> Fix | str:
     """``x = dset[idx]`` → ``idx_unique, idx_inverse = np.unique(idx, return_inverse=True)`` on
     the line before, then ``x = dset[idx_unique][idx_inverse]``: h5py reads the sorted, unique
     rows and numpy puts them back in ``idx``'s order, duplicates included."""
-    sub: ast.Subscript = node  # type: ignore[assignment]
+    assert isinstance(node, ast.Subscript)  # TM104's check reports subscript reads only
+    sub = node
     index = index_of(sub)
     shown = text_of(context, index)
     by_hand = (
@@ -61,8 +62,7 @@ def fix(context: ModuleContext, node: ast.AST) -> Fix | str:
     start = _earlier(context, where, index, shown, variables)
     if isinstance(start, tuple):
         unique, inverse = start
-        edits = []
-        start = None
+        edits: list[Edit] = []
     else:
         numpy, edits = ensure_import(context, "numpy", "np", start)
         base = last_name(index) if isinstance(index, (ast.Name, ast.Attribute)) else "idx"
@@ -133,17 +133,19 @@ def _unique_of(stmt: ast.stmt, shown: str | None = None) -> tuple[str, str] | No
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)):
         return None
     target, call = stmt.targets[0], stmt.value
+    if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+        return None
+    unique, inverse = target.elts
     if not (
-        isinstance(target, ast.Tuple)
-        and len(target.elts) == 2
-        and all(isinstance(e, ast.Name) for e in target.elts)
+        isinstance(unique, ast.Name)
+        and isinstance(inverse, ast.Name)
         and last_name(call.func) == "unique"
         and len(call.args) == 1
         and (shown is None or ast.unparse(call.args[0]) == ast.unparse(ast.parse(shown, mode="eval").body))
         and [(k.arg, getattr(k.value, "value", None)) for k in call.keywords] == [("return_inverse", True)]
     ):
         return None
-    return target.elts[0].id, target.elts[1].id  # type: ignore[attr-defined]
+    return unique.id, inverse.id
 
 
 def _changes(stmt: ast.stmt, variables: set[str]) -> bool:
@@ -159,7 +161,7 @@ def _changes(stmt: ast.stmt, variables: set[str]) -> bool:
         return expr is not None and ast.unparse(expr) in variables
 
     for node in ast.walk(stmt):
-        targets: list[ast.AST] = []
+        targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = node.targets
         elif isinstance(
