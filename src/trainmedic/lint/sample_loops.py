@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from trainmedic.lint.context import LOOPS, SCOPES, ModuleContext
-from trainmedic.lint.loop_closures import COMPREHENSIONS
+from trainmedic.lint.loop_closures import COMPREHENSIONS, RebindingLoop
 from trainmedic.lint.syntax import bound_names, last_name, names_in, source_order, words_in
 
 #: Wrappers whose items are the items of their arguments.
@@ -51,9 +51,17 @@ _MIN_LITERAL_COUNT = 32
 
 
 class SampleLoop:
-    """One candidate loop: what it iterates, the names that change per iteration, its body."""
+    """One candidate loop: what it iterates, the names that change per iteration, its body (a
+    loop's statements, or a comprehension's element and conditions)."""
 
-    def __init__(self, node: ast.AST, over: str, fresh: set[str], body: list[ast.AST], counters: set[str]):
+    def __init__(
+        self,
+        node: RebindingLoop,
+        over: str,
+        fresh: set[str],
+        body: list[ast.stmt] | list[ast.expr],
+        counters: set[str],
+    ):
         self.node, self.over, self.fresh, self.body, self.counters = node, over, fresh, body, counters
         self._changing: frozenset[str] | None = None
 
@@ -209,7 +217,7 @@ def _counters(loop: ast.While) -> set[str]:
     return set()
 
 
-def _body_nodes(body: list[ast.AST]) -> Iterator[ast.AST]:
+def _body_nodes(body: Sequence[ast.AST]) -> Iterator[ast.AST]:
     """Every node of the body, not those of functions, lambdas or classes defined in it."""
     stack = list(reversed(body))
     while stack:
@@ -230,7 +238,8 @@ def kept_values(context: ModuleContext, loop: SampleLoop) -> list[ast.expr]:
             holder = [parent.func]
         if not _holds_samples([w for h in holder if h is not None for w in path_words(h)]):
             return []
-        return list(loop.body[: 2 if isinstance(loop.node, ast.DictComp) else 1])
+        # The element (a dict comprehension's key and value): the body without the conditions.
+        return [loop.node.key, loop.node.value] if isinstance(loop.node, ast.DictComp) else [loop.node.elt]
     values: list[ast.expr] = []
     for node in _body_nodes(loop.body):
         if isinstance(node, ast.Expr):
@@ -259,14 +268,19 @@ def kept_values(context: ModuleContext, loop: SampleLoop) -> list[ast.expr]:
                 continue
             for target in node.targets:
                 elements = target.elts if isinstance(target, ast.Tuple) else [target]
-                paired = isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                # a[i], b[i] = x, y pairs up; in a[i], b[i] = f(i) each keeps the whole value.
+                paired = (
+                    node.value.elts
+                    if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                    else None
+                )
                 for k, element in enumerate(elements):
                     if (
                         isinstance(element, ast.Subscript)
                         and names_in(element.slice) & loop.changing
                         and _holds_samples(path_words(element.value))
                     ):
-                        values.append(node.value.elts[k] if paired else node.value)
+                        values.append(paired[k] if paired is not None else node.value)
     return values
 
 
@@ -274,7 +288,7 @@ def _innermost_loop(context: ModuleContext, node: ast.AST) -> ast.AST | None:
     return next(context.enclosing_loops(node), None)
 
 
-def _bound(body: list[ast.AST]) -> set[str]:
+def _bound(body: Sequence[ast.AST]) -> set[str]:
     names: set[str] = set()
     for node in _body_nodes(body):
         if isinstance(node, ast.Assign):
@@ -290,7 +304,7 @@ def _bound(body: list[ast.AST]) -> set[str]:
     return names
 
 
-def _bindings(body: list[ast.AST]) -> dict[str, list[tuple[ast.AST, ast.AST | None]]]:
+def _bindings(body: Sequence[ast.AST]) -> dict[str, list[tuple[ast.AST, ast.AST | None]]]:
     """name → [(the binding statement, the value it binds from)] in the body, in source order."""
     found: dict[str, list[tuple[ast.AST, ast.AST | None]]] = {}
     for node in _body_nodes(body):
@@ -345,7 +359,7 @@ def _counts(node: ast.AugAssign) -> bool:
     return isinstance(node.op, ast.Add) and isinstance(node.value, ast.Constant)
 
 
-def _read_before(body: list[ast.AST], name: str, first: ast.AST) -> bool:
+def _read_before(body: Sequence[ast.AST], name: str, first: ast.AST) -> bool:
     limit = _position(first)
     return any(
         isinstance(node, ast.Name)
@@ -360,7 +374,7 @@ def _position(node: ast.AST) -> tuple[int, int]:
     return getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
 
 
-def calls_in(exprs: list[ast.AST]) -> list[ast.Call]:
+def calls_in(exprs: Iterable[ast.AST]) -> list[ast.Call]:
     """The calls in the expressions (not in functions or lambdas they define), in source order."""
     found = []
     for expr in exprs:

@@ -13,7 +13,7 @@ import builtins
 import math
 import re
 
-from trainmedic.lint.context import ModuleContext
+from trainmedic.lint.context import Function, ModuleContext
 from trainmedic.lint.sample_loops import calls_in, kept_values, making, path_words, sample_loop
 from trainmedic.lint.syntax import (
     keyword,
@@ -70,7 +70,7 @@ _BUILTINS = frozenset(dir(builtins))
 
 
 def generated_sample(
-    context: ModuleContext, node: ast.AST, transfer: ast.Call, moved: ast.AST
+    context: ModuleContext, node: ast.AST, transfer: ast.Call, moved: ast.expr
 ) -> tuple[str, str] | None:
     """For TM108: when ``node`` (a loop or comprehension) iterates samples, keeps one per iteration
     through ``transfer``, and ``moved`` is made in the iteration by the user's own generator
@@ -91,7 +91,7 @@ def generated_sample(
     for call in calls_in(making(loop, [moved])[0]):
         name = user_function(context, call)
         if name is not None and named_as_maker(call) and names_in(call) & fresh:
-            return f"{loop.over} (line {node.lineno})", name
+            return f"{loop.over} (line {loop.node.lineno})", name
     return None
 
 
@@ -178,7 +178,7 @@ def _library(context: ModuleContext, call: ast.Call) -> bool:
     return qualname.startswith(_LIBRARIES) or qualname in _BUILTINS
 
 
-def local_functions(context: ModuleContext, call: ast.Call) -> list[ast.AST]:
+def local_functions(context: ModuleContext, call: ast.Call) -> list[Function]:
     """The module's functions a call reaches for sure: ``make_sample(...)``, ``self._add_awgn(...)``;
     not ``x.clone()`` because some local class has a ``clone`` method."""
     func = call.func
@@ -247,14 +247,14 @@ class CalleeFacts:
         self.gpu, self.draws_on_gpu, self.draws, self.model = gpu, draws_on_gpu, draws, model
 
 
-def callee_facts(context: ModuleContext, functions: list[ast.AST], cache: dict) -> CalleeFacts:
+def callee_facts(context: ModuleContext, functions: list[Function], cache: dict) -> CalleeFacts:
     key = tuple(id(f) for f in functions)
     if key in cache:
         return cache[key]
     seen, level, gpu, model = set(functions), list(functions), None, False
     draws_on_gpu = draws = False
     for depth in range(_DEPTH + 1):
-        callees: list[ast.AST] = []
+        callees: list[Function] = []
         ops: list[ast.Call] = []
         for function in level:
             if function in context.training_functions or function in context.step_functions:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from trainmedic.lint.context import ModuleContext
 from trainmedic.lint.model import Rule
@@ -70,7 +70,7 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
             if runs_on_gpu(context, c, fresh) and not moves_to_gpu(c) and not copies_to_gpu(context, c)
         ]
         readbacks = [c for c in calls if copies_back(context, c)]
-        draws = {c: drawn for c in calls if (drawn := where_drawn(context, c, fresh)) is not None}
+        draws = {c: where for c in calls if (where := where_drawn(context, c, fresh)) is not None}
         helpers: list[tuple[ast.Call, CalleeFacts]] = []
         model = False
         for call in calls:
@@ -95,7 +95,7 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         yield loop.node, _message(context, loop, calls, device_ops, gpu_helpers, readbacks, transfers)
 
 
-def _inside(node: ast.AST, outer: list[ast.AST]) -> bool:
+def _inside(node: ast.AST, outer: Iterable[ast.AST]) -> bool:
     return any(node is o or any(node is n for n in ast.walk(o)) for o in outer)
 
 
@@ -139,12 +139,14 @@ def _message(
         evidence.append(f"`{_short(readback)}` at line {readback.lineno}")
     elif readback is not None:
         evidence[-1] = f"`{_short(readback)}` at line {readback.lineno}"
-    syncs = [c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist")]
+    syncs = [
+        c.func.attr for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist")
+    ]
     costs = "its own kernel launches"
     if readback is not None or transfers:
         costs += " and a copy between host and GPU"
     elif syncs:
-        costs += f" and a wait for the GPU (`.{syncs[0].func.attr}()`)"
+        costs += f" and a wait for the GPU (`.{syncs[0]}()`)"
     users = sorted({name for c in calls if (name := user_function(context, c))})
     helper_calls = [call for call, _ in helpers]
     own_ops = [c for c in device_ops if not _inside(c, helper_calls)]

@@ -66,7 +66,7 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _WRAPPERS = ("enumerate", "zip", "tqdm")
 
 
-def _transfer(context: ModuleContext, call: ast.Call) -> tuple[str, ast.AST, ast.AST | None] | None:
+def _transfer(context: ModuleContext, call: ast.Call) -> tuple[str, ast.expr, ast.expr | None] | None:
     """(what the message calls it, the value moved, the device) for a host-to-device copy."""
     func, qualname = call.func, context.qualname(call.func) or ""
     if qualname in ("torch.tensor", "torch.as_tensor"):
@@ -243,7 +243,7 @@ def _array_call(context: ModuleContext, call: ast.Call) -> bool:
     return module in ("numpy", "torch", "numpy.random") and name in _ARRAY_MAKERS
 
 
-def _in_sample_loop(context: ModuleContext, call: ast.Call, moved: ast.AST) -> tuple[str, str | None] | None:
+def _in_sample_loop(context: ModuleContext, call: ast.Call, moved: ast.expr) -> tuple[str, str | None] | None:
     """The innermost loop (or comprehension) over samples whose iterations move a new value, and
     the user's function that makes that value per iteration (``make_np(i)``), where one does."""
     child: ast.AST = call
