@@ -136,13 +136,19 @@ class _Flow:
         if scope in self._bindings:
             return self._bindings[scope]
         bindings: dict[str, list[_Binding]] = {}
-        moved, backward = set(), set()
+        moved: set[str] = set()
+        backward: set[str] = set()
 
-        def bind(target: ast.AST, owner: ast.AST, value: ast.AST | None) -> None:
+        def bind(target: ast.AST, owner: ast.stmt | ast.expr, value: ast.AST | None) -> None:
             if isinstance(target, (ast.Tuple, ast.List)):
-                pairs = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+                # a, b = x, y pairs up; a, b = f() binds each to the whole value.
+                pairs = (
+                    value.elts
+                    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+                    else None
+                )
                 for i, element in enumerate(target.elts):
-                    bind(element, owner, value.elts[i] if pairs else value)  # type: ignore[union-attr]
+                    bind(element, owner, pairs[i] if pairs is not None else value)
             elif isinstance(target, ast.Starred):
                 bind(target.value, owner, value)
             elif isinstance(target, ast.Name):
@@ -151,8 +157,8 @@ class _Flow:
                 bindings.setdefault(target.id, []).append((where, owner, value))
 
         if isinstance(scope, (*FUNCTIONS, ast.Lambda)):
-            start = (scope.lineno, scope.col_offset)  # type: ignore[attr-defined]
-            arguments = scope.args  # type: ignore[attr-defined]
+            start = (scope.lineno, scope.col_offset)
+            arguments = scope.args
             for arg in (a for a in ast.walk(arguments) if isinstance(a, ast.arg)):
                 bindings.setdefault(arg.arg, []).append((start, scope, None))
         for node in self.context.walk_scope(scope):
@@ -351,8 +357,9 @@ class _Environment:
         if isinstance(statement, ast.Assign):
             return bool(self.fed & {n for t in statement.targets for n in bound_names(t)})
         function = self.context.function_of(call)
-        returned = isinstance(statement, ast.Return) and function is not None
-        return returned and function.name in self.fed_returns  # type: ignore[union-attr]
+        return (
+            isinstance(statement, ast.Return) and function is not None and function.name in self.fed_returns
+        )
 
 
 def _may_sync(context: ModuleContext, call: ast.Call) -> bool:
