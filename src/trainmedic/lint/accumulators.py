@@ -59,15 +59,18 @@ def list_key(expr: ast.AST | None) -> str | None:
 
 def grows_and_resets(
     context: ModuleContext, within: ast.AST, key: str
-) -> tuple[list[ast.AST], list[ast.AST]]:
+) -> tuple[list[ast.stmt | ast.expr], list[ast.stmt | ast.expr]]:
     """(growths, resets) of ``key`` in ``within``: appends, and anything that rebinds or shrinks it.
     ``xs = xs + [x]`` grows; ``xs = []`` or ``xs = xs[-100:]`` starts again or keeps a window."""
-    grows: list[ast.AST] = []
-    resets: list[ast.AST] = []
+    grows: list[ast.stmt | ast.expr] = []
+    resets: list[ast.stmt | ast.expr] = []
     for node in ast.walk(within):
-        func = node.func if isinstance(node, ast.Call) else None
-        if isinstance(func, ast.Attribute) and list_key(func.value) == key:
-            method = func.attr
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and list_key(node.func.value) == key
+        ):
+            method = node.func.attr
             if method in _GROW:
                 grows.append(node)
             elif method in _SHRINK:
@@ -91,7 +94,7 @@ def grows_and_resets(
     return grows, resets
 
 
-def grown_in_loop(context: ModuleContext, call: ast.Call, key: str) -> ast.AST | None:
+def grown_in_loop(context: ModuleContext, call: ast.Call, key: str) -> ast.stmt | ast.expr | None:
     """The append that makes ``key`` longer every step of the loop the concatenation runs in."""
     loop = next(context.enclosing_loops(call), None)
     if loop is None or loop not in context.step_loops:
@@ -121,7 +124,7 @@ def _bounded(context: ModuleContext, key: str) -> bool:
     return False
 
 
-def grown_elsewhere(context: ModuleContext, call: ast.Call, key: str) -> ast.AST | None:
+def grown_elsewhere(context: ModuleContext, call: ast.Call, key: str) -> ast.stmt | ast.expr | None:
     """A step-time method concatenates a pool that other methods append to (a replay pool)."""
     scope = context.scope_of(call)
     if next(context.enclosing_loops(call), None) is not None or context.step_context(call) is not scope:
@@ -202,7 +205,11 @@ def touches(context: ModuleContext, nodes: list[ast.AST], key: str) -> ast.AST |
     a method call on ``self`` too; or a call of a function of this module that names it."""
     base = key.split(".")[0]
     for node in nodes:
-        if list_key(node) == key and _may_change(context, node):
+        if (
+            isinstance(node, (ast.Name, ast.Attribute))
+            and list_key(node) == key
+            and _may_change(context, node)
+        ):
             return node
         if "." in key and isinstance(node, ast.Name) and node.id == base:
             parent = context.parent(node)
@@ -215,14 +222,14 @@ def touches(context: ModuleContext, nodes: list[ast.AST], key: str) -> ast.AST |
     return None
 
 
-def _may_change(context: ModuleContext, node: ast.AST) -> bool:
+def _may_change(context: ModuleContext, node: ast.Name | ast.Attribute) -> bool:
     """Whether this use of a list may change it (reading it, iterating it or concatenating it
     does not)."""
     if not isinstance(node.ctx, ast.Load):
         return True
     parent = context.parent(node)
     if isinstance(parent, ast.Attribute):
-        called = isinstance(context.parent(parent), ast.Call) and context.parent(parent).func is parent
+        called = isinstance(call := context.parent(parent), ast.Call) and call.func is parent
         return called and parent.attr not in _LIST_READS
     if isinstance(parent, ast.Subscript):
         return not isinstance(parent.ctx, ast.Load)
