@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-from trainmedic.lint.context import LOOPS, SCOPES, ModuleContext
+from trainmedic.lint.context import LOOPS, SCOPES, Function, ModuleContext
 from trainmedic.lint.model import Rule
 from trainmedic.lint.syntax import (
     argument,
@@ -87,14 +87,14 @@ def _pool_call(context: ModuleContext, call: ast.Call, pools: dict[str, ast.Call
     func = call.func
     if not isinstance(func, ast.Attribute) or func.attr not in _SUBMIT | _MAP or not call.args:
         return None
-    if _is_thread_pool(context, func.value):
-        return func.value  # type: ignore[return-value]
+    if isinstance(func.value, ast.Call) and _is_thread_pool(context, func.value):
+        return func.value
     if isinstance(func.value, (ast.Name, ast.Attribute)):
         return pools.get(ast.unparse(func.value))
     return None
 
 
-def _task(context: ModuleContext, expr: ast.AST) -> tuple[str | None, list[ast.AST]]:
+def _task(context: ModuleContext, expr: ast.AST) -> tuple[str | None, Sequence[ast.Lambda | Function]]:
     """(the callable as written, None for a lambda; the module's functions or the lambda it runs)."""
     if isinstance(expr, ast.Lambda):
         return None, [expr]
@@ -124,7 +124,7 @@ def _gpu_call(context: ModuleContext, call: ast.Call) -> bool:
     return device is not None and names_a_gpu(device)
 
 
-def _gpu_work(context: ModuleContext, functions: list[ast.AST]) -> ast.Call | None:
+def _gpu_work(context: ModuleContext, functions: Sequence[ast.AST]) -> ast.Call | None:
     """The first GPU call the task makes, in it or in the module's functions it calls (up to
     ``_DEPTH`` calls deep). None as well for a task that trains (an optimizer step or backward in
     reach) or iterates a loader: a whole run or a whole dataset per task, not a sample."""
@@ -216,7 +216,8 @@ def check(context: ModuleContext) -> Iterator[tuple[ast.AST, str]]:
         pool = _pool_call(context, call, pools)
         if pool is None:
             continue
-        method = call.func.attr  # type: ignore[attr-defined]
+        assert isinstance(call.func, ast.Attribute)  # _pool_call found a method of a pool
+        method = call.func.attr
         name, functions = _task(context, call.args[0])
         if not functions:
             continue  # a function of another module: its body cannot be read here
