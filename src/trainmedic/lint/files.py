@@ -47,9 +47,10 @@ def discover(paths: list[str], config: LintConfig | None = None) -> tuple[list[s
     found: list[str] = []
     problems: list[FileProblem] = []
     excluded = config.excluded if config is not None and config.exclude else None
+    force_exclude = config is not None and config.force_exclude
     for given in paths:
         path = Path(given)
-        if path.exists() and excluded and config.force_exclude and excluded(given, with_parents=True):
+        if path.exists() and excluded and force_exclude and excluded(given, with_parents=True):
             continue
         if path.is_dir():
             found.extend(_walk(path, excluded))

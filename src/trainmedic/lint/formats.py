@@ -222,7 +222,9 @@ def _information_uri() -> str | None:
     except PackageNotFoundError:
         return None
     urls = [entry.split(",", 1)[-1].strip() for entry in meta.get_all("Project-URL") or []]
-    return meta.get("Home-page") or (urls[0] if urls else None)
+    # Not meta.get(): the metadata's protocol has no get() before Python 3.12.
+    home = meta["Home-page"] if "Home-page" in meta else None
+    return home or (urls[0] if urls else None)
 
 
 def _workflow_command(command: str, properties: dict[str, object], message: str) -> str:

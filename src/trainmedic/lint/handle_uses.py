@@ -65,7 +65,7 @@ def uses_problem(
     name: str,
     body: list[ast.stmt],
     method: ast.AST,
-    skip: set[int] = frozenset(),
+    skip: set[int] | frozenset[int] = frozenset(),
 ) -> str | None:
     """Why the handle ``name`` cannot be shared across calls: it is closed, written to, or leaves
     the method (returned, stored, passed to code we cannot see, captured by a closure)."""
@@ -128,8 +128,8 @@ def use_problem(context: ModuleContext, kind: str, use: ast.AST) -> str | None:
     if isinstance(parent, ast.Attribute) and parent.value is use:
         if parent.attr in ("row_factory", "text_factory"):
             return None
-        if parent.attr in ("execute", "cursor") and isinstance(context.parent(parent), ast.Call):
-            return None if parent.attr == "cursor" else _query_problem(context, context.parent(parent))
+        if parent.attr in ("execute", "cursor") and isinstance(call := context.parent(parent), ast.Call):
+            return None if parent.attr == "cursor" else _query_problem(context, call)
         if parent.attr == "close":
             return f"the code closes it ({shown}.close())"
         return f"it is used as {shown}.{parent.attr}, which is not known to leave the connection as it was"
