@@ -42,7 +42,9 @@ def test_demo_diagnoses_the_starved_loop_and_measures_the_data_load_fix(tm):
     # The sampler runs as the README and the docs say it does (it once sampled 5x finer than said).
     root = Path(__file__).resolve().parents[2]
     pages = [root / "README.md", root / "docs" / "how-run-measures.md"]
-    rates = {re.search(r"a (\d+) ms stack sampler", page.read_text(encoding="utf-8")).group(1) for page in pages}
+    rates = {
+        re.search(r"a (\d+) ms stack sampler", page.read_text(encoding="utf-8")).group(1) for page in pages
+    }
     assert len(rates) == 1, rates
     (rate,) = rates
     sampler = next(note for note in report["notes"] if note.startswith("Stack sampler:"))
