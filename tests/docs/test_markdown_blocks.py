@@ -4,7 +4,7 @@ from markdown_blocks import first_mismatch, matches
 
 REPORT = """Findings
  1. [data/hdf5] 92.8%  Reading the batch from HDF5 every step at train.py:40
-    buys      ×11.1 expected, ceiling ×13.9 (Amdahl)
+    buys      ×11.1 estimated, ceiling ×13.9 (Amdahl)
 
 Your lines by time per step
 """

@@ -56,6 +56,10 @@ def _options(
     """Make GPU training fast and keep it from crashing."""
 
 
+#: ``trainmedic run --confirm`` without ``--steps``: the window the confirmation follows.
+DEFAULT_CONFIRM_STEPS = 50
+
+
 @app.command(context_settings=_SCRIPT_ARGS)
 def run(
     target: list[str] = typer.Argument(
@@ -85,6 +89,12 @@ def run(
         metavar="N",
         help="Run on N local torchrun ranks; one merged report (per-rank steps, the straggler).",
     ),
+    confirm: bool | None = typer.Option(
+        None,
+        "--confirm/--no-confirm",
+        help="After the steps, try the top finding's fix for a few more and time it (on with --steps; "
+        "--confirm alone means --steps 50).",
+    ),
 ) -> None:
     """Run a training script unmodified and report why it is slow, at which line, and what the fix buys.
 
@@ -98,11 +108,14 @@ def run(
             "give a script to run (trainmedic run train.py ...) or a module (trainmedic run -m pkg.train ...)"
         )
     name = module if module is not None else args.pop(0)
+    if confirm and steps is None:
+        steps = DEFAULT_CONFIRM_STEPS  # the confirmation follows a window: a diagnosis-only run
     options = RunOptions(
         target=name,
         args=args,
         module=module is not None,
         steps=steps,
+        confirm=steps is not None if confirm is None else confirm,
         json_path=json_path,
         html_path=html_path,
         warmup=warmup,

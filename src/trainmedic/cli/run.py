@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -14,6 +15,7 @@ from trainmedic.cli.output import USAGE, output_problem
 from trainmedic.cli.run_options import RunOptions
 from trainmedic.errors import ScriptError
 from trainmedic.run.diagnose import diagnose
+from trainmedic.run.diagnose.counterfactual import confirmer
 from trainmedic.run.probe import runner
 from trainmedic.run.probe.ranks import RankIdentity
 from trainmedic.run.probe.runner import StopSignals, Terminated
@@ -58,8 +60,14 @@ def run_target(options: RunOptions, console: Console) -> int:
 def _watch(options: RunOptions, signals: StopSignals) -> tuple[Report, Measurements]:
     """Run the script under a watch session and diagnose it."""
     command = (["-m", options.target] if options.module else [options.target]) + options.args
+    # torchrun ranks would have to switch arms at the same step: not yet, so ranks estimate.
+    confirm = confirmer(command) if options.confirm and RankIdentity.from_env() is None else None
     session = WatchSession(
-        warmup=options.warmup, max_steps=options.steps, interval=options.interval_s, find_loops=True
+        warmup=options.warmup,
+        max_steps=options.steps,
+        interval=options.interval_s,
+        find_loops=True,
+        confirm=confirm,
     )
     session.start()
     try:
@@ -73,6 +81,20 @@ def _watch(options: RunOptions, signals: StopSignals) -> tuple[Report, Measureme
         outcome = runner.interrupted(stop)
     finally:
         measurements = session.stop()
+    confirmation = measurements.confirmation
+    if (
+        session.confirmation_cut_short
+        and confirmation is not None
+        and outcome.outcome in ("exception", "exit")
+    ):
+        # The fix tried for the confirmation (replayed batches, a skipped call) broke the script:
+        # the window's diagnosis stands, and the gain stays an estimate.
+        measurements.confirmation = dataclasses.replace(
+            confirmation, problem=f"the script failed while the confirmation ran ({outcome.message})"
+        )
+        outcome = runner.RunOutcome(
+            0, "step_limit", f"stopped after {options.steps} steady-state steps (--steps)"
+        )
     if outcome.traceback:
         sys.stderr.write(outcome.traceback)
         sys.stderr.flush()

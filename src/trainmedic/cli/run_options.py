@@ -19,3 +19,5 @@ class RunOptions:
     quiet: bool
     #: Run on this many local torchrun ranks and merge their reports (``--nproc``).
     nproc: int | None = None
+    #: After the window of a diagnosis-only run, try the top finding's fix and time it.
+    confirm: bool = False

@@ -289,5 +289,5 @@ def test_a_suggested_call_is_shown_escaped_under_the_fix():
         '<dt>call</dt><dd><code class="cmd">data.load(&quot;/d/&lt;x&gt;.h5&quot;, fields=[&quot;x&quot;], batch_size=64)</code></dd>'
         in page
     )
-    assert page.index("<dt>fix</dt>") < page.index("<dt>call</dt>") < page.index("<dt>expected speedup</dt>")
+    assert page.index("<dt>fix</dt>") < page.index("<dt>call</dt>") < page.index("<dt>estimated speedup</dt>")
     assert "<dt>call</dt>" not in render_html(data_bound_report())

@@ -9,6 +9,7 @@ from trainmedic._version import __version__
 from trainmedic.categories import CATEGORIES, COMPUTE, DATA, MEMORY_BANDWIDTH, TINY_OPS
 from trainmedic.run.diagnose import (
     amdahl,
+    confirmed,
     growth,
     intensity,
     launches,
@@ -96,6 +97,10 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     )
     growing = grown.category if grown else None
     findings = _findings(costs, total, n_steps, stats, m, loops, growing, rising, command, launch)
+    findings, confirmation_notes = (
+        confirmed.apply(findings, m.confirmation, step_limit=m.max_steps) if not m.outside else (findings, [])
+    )
+    measured = any(f.measured is not None for f in findings)
     if findings:
         bottleneck = findings[0].category  # the biggest lever (findings are ordered by what they buy)
     close = margin.close_call(
@@ -117,8 +122,11 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
         findings=findings,
         timeline=timeline,
         lines=_lines(costs, total, n_steps),
-        notes=[n for n in (close, launch.note() if launch else None, grown.note() if grown else None) if n]
-        + (notes.outside_notes(m) if m.outside else notes.run_notes(m, scope, anchored, loops)),
+        # What the confirmation measured leads the notes; that a gain is only estimated ends them.
+        notes=(confirmation_notes if measured else [])
+        + [n for n in (close, launch.note() if launch else None, grown.note() if grown else None) if n]
+        + (notes.outside_notes(m) if m.outside else notes.run_notes(m, scope, anchored, loops))
+        + ([] if measured else confirmation_notes),
     )
 
 

@@ -66,6 +66,12 @@ class StepClock:
         #: Called before a boundary is timed: on CUDA it waits for the step's queued kernels, so
         #: asynchronous work is charged to the step that launched it, not to a later sync point.
         self.before_boundary: Callable[[], None] | None = None
+        #: Called once when ``max_steps`` is reached: it may return a callable that takes each
+        #: further step's wall seconds and says when to stop (the confirmation, probe/confirm.py).
+        #: Those steps are timed for it alone: the window's durations stay as they were.
+        self.on_limit: Callable[[], Callable[[float], bool] | None] | None = None
+        self.overtime: Callable[[float], bool] | None = None
+        self._limit_seen = False
 
     @property
     def steady_from(self) -> int:
@@ -80,6 +86,9 @@ class StepClock:
             self.before_boundary()
         t = time.perf_counter() if now is None else now
         cpu = time.process_time() if cpu_now is None else cpu_now
+        if self.overtime is not None:
+            self._overtime_step(priority == current, t, cpu)
+            return
         if priority > current:
             self._restart(source, t)
         else:
@@ -102,6 +111,25 @@ class StepClock:
         for listener in self.listeners:
             listener(self.index)
         if self.max_steps is not None and self.index - self.steady_from >= self.max_steps:
+            if self.on_limit is not None and not self._limit_seen:
+                self._limit_seen = True
+                self.overtime = self.on_limit()
+                if self.overtime is not None:
+                    # What on_limit took (a first diagnosis) is nobody's step.
+                    self.last_boundary_t, self.last_cpu_t = time.perf_counter(), time.process_time()
+                    return
+            raise StepLimitReached(self.max_steps)
+
+    def _overtime_step(self, same_source: bool, t: float, cpu: float) -> None:
+        if not same_source:
+            return  # a new step source now would count something else: the experiment's steps stay
+        duration = t - self.last_boundary_t if self.last_boundary_t is not None else 0.0
+        self.last_boundary_t, self.last_cpu_t = t, cpu
+        self.index += 1
+        self.anchored = False
+        self._model_began = None
+        if self.overtime is not None and self.overtime(duration):
+            self.overtime = None
             raise StepLimitReached(self.max_steps)
 
     def restart(self, source: str) -> None:

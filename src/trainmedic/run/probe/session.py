@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trainmedic.errors import WatchError
@@ -15,6 +16,7 @@ from trainmedic.run.probe import device as device_probe
 from trainmedic.run.probe.census import Census, OpCensus
 from trainmedic.run.probe.clock import LOOP, MARKER, StepClock
 from trainmedic.run.probe.collectives import CollectiveStats, CollectiveTimer
+from trainmedic.run.probe.confirm import Confirmation, Experiment
 from trainmedic.run.probe.device_busy import DeviceBusy, DeviceBusyProbe
 from trainmedic.run.probe.frames import FrameClassifier
 from trainmedic.run.probe.hooks import TorchHooks
@@ -82,6 +84,14 @@ class Measurements:
     #: ``trainmedic attach``: how the stacks were read from outside (py-spy, its rate); None for
     #: a run trainmedic started. No hooks, census or timers ran: their fields stay empty.
     outside: str | None = None
+    #: After the window of a diagnosis-only run: the top finding's fix tried for a few more
+    #: steps (probe/confirm.py), or why it was not; None where no confirmation was asked for.
+    confirmation: Confirmation | None = None
+
+
+#: Given the window's measurements, the experiment to run before the run stops, or a
+#: Confirmation that says why there is none (diagnose/confirmed.py builds both).
+Confirmer = Callable[[Measurements], "Experiment | Confirmation | None"]
 
 
 _active: WatchSession | None = None
@@ -101,6 +111,7 @@ class WatchSession:
         cwd: str | None = None,
         sync_cuda_steps: bool = True,
         find_loops: bool = False,
+        confirm: Confirmer | None = None,
     ) -> None:
         if max_steps is not None and max_steps < 1:
             raise ValueError(f"max_steps={max_steps!r}; expected a positive number of steps, or None")
@@ -122,6 +133,15 @@ class WatchSession:
         self.sync_timer: SyncWaitTimer | None = None
         self._started_at: float | None = None
         self._measurements: Measurements | None = None
+        #: The window's measurements, taken when --steps N was reached and a confirmation follows.
+        self._window: Measurements | None = None
+        self._confirm = confirm
+        self.experiment: Experiment | None = None
+        self.confirmation: Confirmation | None = None
+        #: The run ended while the confirmation was still running (its fix may be why).
+        self.confirmation_cut_short = False
+        if confirm is not None and max_steps is not None:
+            self.clock.on_limit = self._start_confirmation
 
     def start(self) -> WatchSession:
         global _active
@@ -196,40 +216,47 @@ class WatchSession:
         self.census.costs = OpCostCounter()
         self.census.busy = DeviceBusyProbe()
 
-    def stop(self) -> Measurements:
-        global _active
-        if self._measurements is not None:
-            return self._measurements
-        if self._started_at is None:
-            raise WatchError("stop() called on a watch session that was never started")
-        ended = time.perf_counter()
-        if self.loop_watch is not None:
-            self.loop_watch.stop()
+    def _start_confirmation(self) -> Callable[[float], bool] | None:
+        """--steps N reached: measure the window as stop() would, then try the top finding's fix."""
+        assert self._confirm is not None  # on_limit is only set with a confirmer
+        self._window = self._measure_window(time.perf_counter())
+        planned = self._confirm(self._window)
+        if isinstance(planned, Confirmation):
+            self.confirmation = planned
+            return None
+        if planned is None:
+            return None
+        self.experiment = planned
+        return self._confirmation_step
+
+    def _confirmation_step(self, seconds: float) -> bool:
+        assert self.experiment is not None  # the clock calls this only while one runs
+        done = self.experiment.step(seconds)
+        if done:
+            self.confirmation = self.experiment.result
+        return done
+
+    def _measure_window(self, ended: float) -> Measurements:
+        """Stop the sampling probes and read what they measured; the step clock's hooks stay."""
         self.sampler.stop()
         self.census.stop()
         if self.sync_timer is not None:
             self.sync_timer.uninstall()
-        self.hooks.uninstall()
-        self.keras.uninstall()
-        self.collectives.uninstall()
-        self.sources.uninstall()
         if self.nvml is not None:
             self.nvml.stop()
         self.recorder.close()
+        sources = self.sources.snapshot(model_batch=self.hooks.batch_size())
         worker_items = None
         if self.sources.worker_loader is not None and self.clock.index > self.clock.warmup:
-            # After the sampler stopped and the hooks came off: none of this is the script's time.
+            # After the sampler stopped: none of this is the script's time.
             dataset, workers, batch = self.sources.worker_loader
             worker_items = profile_items(dataset, self.classifier, workers, batch)
         self.sources.worker_loader = None  # the dataset is the script's to free
-        with _active_lock:
-            if _active is self:
-                _active = None
         clock, recorder = self.clock, self.recorder
         setup_end = clock.first_boundary_t if clock.first_boundary_t is not None else ended
-        self._measurements = Measurements(
-            wall_s=ended - self._started_at,
-            setup_s=setup_end - self._started_at,
+        return Measurements(
+            wall_s=ended - (self._started_at or ended),
+            setup_s=setup_end - (self._started_at or ended),
             step_source=clock.source,
             warmup=clock.warmup,
             steady_steps=max(clock.index - clock.warmup, 0),
@@ -247,7 +274,7 @@ class WatchSession:
             sampler_interval_s=self.sampler.interval,
             samples=self.sampler.samples,
             sampler_busy_s=self.sampler.busy_seconds,
-            sources=self.sources.snapshot(model_batch=self.hooks.batch_size()),
+            sources=sources,
             collectives=self.collectives.stats(),
             loop=self.loop_watch.loop.where if self.loop_watch and self.loop_watch.loop else None,
             loop_problem=self.loop_watch.problem if self.loop_watch else None,
@@ -258,7 +285,32 @@ class WatchSession:
             device_busy=self.census.busy.result if self.census.busy is not None else DeviceBusy(),
             worker_items=worker_items,
         )
-        return self._measurements
+
+    def stop(self) -> Measurements:
+        global _active
+        if self._measurements is not None:
+            return self._measurements
+        if self._started_at is None:
+            raise WatchError("stop() called on a watch session that was never started")
+        ended = time.perf_counter()
+        if self.loop_watch is not None:
+            self.loop_watch.stop()
+        if self.experiment is not None and self.confirmation is None:
+            # The script ended (or was stopped) before the confirmation's last block.
+            self.confirmation_cut_short = True
+            self.confirmation = self.experiment.finish()
+        self.clock.on_limit = self.clock.overtime = None
+        self.hooks.uninstall()
+        self.keras.uninstall()
+        self.collectives.uninstall()
+        self.sources.uninstall()
+        measurements = self._window if self._window is not None else self._measure_window(ended)
+        with _active_lock:
+            if _active is self:
+                _active = None
+        measurements.confirmation = self.confirmation
+        self._measurements = measurements
+        return measurements
 
 
 def _with_cuda(classifier: FrameClassifier) -> FrameClassifier:

@@ -224,12 +224,20 @@ def _lines(report: Report) -> Table:
 
 
 def buys(f: Finding) -> str:
-    """What the fix buys, with its Amdahl ceiling where something outside the finding remains."""
+    """What the fix buys: measured where the run tried it, else estimated, with its Amdahl
+    ceiling where something outside the finding remains."""
+    if f.measured is not None:
+        m = f.measured
+        return (
+            f"{_speedup(m.gain)} measured: {m.fixed_steps} steps with {m.change} ran at "
+            f"{format_seconds(m.fixed_median_s)} against {format_seconds(m.as_is_median_s)} "
+            f"({_speedup(m.low)}-{_speedup(m.high)} across block pairs; estimated {_speedup(m.estimated)})"
+        )
     if f.ceiling is None or not math.isfinite(f.ceiling):
         # The whole step is this finding: nothing outside it bounds the gain, and "unbounded"
         # would promise what only the fix's own factor can say.
-        return f"{_speedup(f.expected_speedup)} expected (all of the step is this finding)"
-    return f"{_speedup(f.expected_speedup)} expected, ceiling {_speedup(f.ceiling)} (Amdahl)"
+        return f"{_speedup(f.expected_speedup)} estimated (all of the step is this finding)"
+    return f"{_speedup(f.expected_speedup)} estimated, ceiling {_speedup(f.ceiling)} (Amdahl)"
 
 
 def _speedup(value: float | None) -> str:

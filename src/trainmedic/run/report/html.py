@@ -16,6 +16,7 @@ from pathlib import Path
 from trainmedic._os import write_text_atomically
 from trainmedic.categories import CATEGORIES, DESCRIPTIONS
 from trainmedic.run.report.model import Finding, Report, TimelinePoint
+from trainmedic.units import format_seconds
 
 __all__ = ["render_html", "write_html"]
 
@@ -318,6 +319,20 @@ def _timeline(r: Report) -> str:
     )
 
 
+def _gain(f: Finding, speed: str, ceiling: str) -> str:
+    """Measured and estimated apart: what the run timed with the fix, and the estimate."""
+    estimated = f'<dt>estimated speedup</dt><dd class="speedup">{speed} ({ceiling})</dd>'
+    if f.measured is None:
+        return estimated
+    m = f.measured
+    return (
+        f'<dt>measured speedup</dt><dd class="speedup measured">×{m.gain:.1f}: {m.fixed_steps} steps with '
+        f"{esc(m.change)} ran at {esc(format_seconds(m.fixed_median_s))} against "
+        f"{esc(format_seconds(m.as_is_median_s))} (×{m.low:.1f}-×{m.high:.1f} across block pairs)</dd>"
+        + estimated
+    )
+
+
 def _findings(findings: list[Finding]) -> str:
     if not findings:
         return (
@@ -339,8 +354,7 @@ def _findings(findings: list[Finding]) -> str:
             f"<h3>{esc(f.title)}</h3></header><dl>"
             f'<dt>category</dt><dd><span class="sw" style="background:{col}"></span> {esc(f.category)}{kind}</dd>'
             f"<dt>evidence</dt><dd>{esc(f.evidence)}</dd><dt>where</dt><dd>{where}</dd>"
-            f"<dt>fix</dt><dd>{esc(f.fix)}</dd>{call}<dt>expected speedup</dt>"
-            f'<dd class="speedup">{speed} ({ceiling})</dd></dl></article>'
+            f"<dt>fix</dt><dd>{esc(f.fix)}</dd>{call}{_gain(f, speed, ceiling)}</dl></article>"
         )
     return f"<section><h2>Findings</h2>{''.join(cards)}</section>"
 

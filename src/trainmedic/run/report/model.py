@@ -28,6 +28,25 @@ OUTCOMES = ("completed", "exit", "exception", "interrupted", "step_limit", "atta
 EVIDENCE = ("steps", "loop", "sampled", "whole run", "none")
 
 
+@dataclass(frozen=True, kw_only=True)
+class MeasuredGain:
+    """What a finding's fix bought when the run tried it: a few more steps with the fix on and
+    off, alternated (the confirmation, probe/confirm.py). ``gain`` is the as-is median step over
+    the fixed one; ``low``/``high`` the range of the gains of its block pairs."""
+
+    gain: float
+    low: float
+    high: float
+    #: What the fixed arm changed, in words: "batches replayed from memory".
+    change: str
+    as_is_steps: int
+    fixed_steps: int
+    as_is_median_s: float
+    fixed_median_s: float
+    #: The estimate from the sampled share, which ``expected_speedup`` held before.
+    estimated: float
+
+
 @dataclass(frozen=True)
 class Finding:
     """One reason the job is slower than it could be, with the fix and what it buys."""
@@ -47,6 +66,14 @@ class Finding:
     #: Code that applies the fix, ready to paste: for data-bound findings, the exact
     #: ``data.load(...)`` call for the script's own source. ``None`` when there is none.
     suggestion: str | None = None
+    #: The fix tried in the run and timed (JSON ``measured``); ``None``: ``expected_speedup`` is
+    #: an estimate from the sampled share, and the report says so.
+    measured: MeasuredGain | None = None
+
+    @property
+    def gain(self) -> float:
+        """What the fix buys: measured where the run tried it, else the estimate."""
+        return self.measured.gain if self.measured is not None else self.expected_speedup
 
 
 @dataclass(frozen=True)
@@ -205,7 +232,7 @@ class Report(JsonDocument):
             steps=_known(StepStats, data["steps"]),
             breakdown=dict(data["breakdown"]),
             bottleneck=data["bottleneck"],
-            findings=[_known(Finding, f) for f in data["findings"]],
+            findings=[_finding(f) for f in data["findings"]],
             wall_s=data.get("wall_s", 0.0),
             setup_s=data.get("setup_s", 0.0),
             timeline=[_known(TimelinePoint, p) for p in data.get("timeline", [])],
@@ -217,6 +244,11 @@ class Report(JsonDocument):
             evidence=data.get("evidence", "steps"),
             close_call=list(data.get("close_call") or []),
         )
+
+
+def _finding(row: dict[str, Any]) -> Finding:
+    measured = row.get("measured")
+    return _known(Finding, {**row, "measured": _known(MeasuredGain, measured) if measured else None})
 
 
 def _known(cls: type, row: dict[str, Any]) -> Any:

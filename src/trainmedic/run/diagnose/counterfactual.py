@@ -1,0 +1,159 @@
+"""Which fix a confirmation tries: the top finding's counterfactual, or why there is none.
+
+Only fixes that cannot change what the run computes beyond its data are tried: batches replayed
+from memory (a DataLoader's, or the user's batch-making function's), and a per-step host call
+that returns nothing (a save, a print, a log line) skipped at its line. Anything else (the
+model, tiny ops, syncs, copies, a growing pool) keeps its estimate, and the report says so.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainmedic.categories import DATA, HOST_OTHER
+from trainmedic.run.diagnose.build import diagnose
+from trainmedic.run.probe import counterfactuals
+from trainmedic.run.probe.clock import LOOP
+from trainmedic.run.probe.confirm import Confirmation, Experiment, plan_quads
+from trainmedic.run.probe.counterfactuals import Arm, Counterfactual, Site
+from trainmedic.run.probe.runner import RunOutcome
+from trainmedic.run.probe.session import Confirmer, Measurements
+from trainmedic.run.report.model import Finding
+
+#: Where a DataLoader's per-item work runs: replayed at the loader, whatever the method.
+_ITEM_METHODS = ("__getitem__", "__getitems__", "collate_fn", "__call__")
+#: Kinds whose time is the DataLoader's own machinery, not a function of the user's.
+_LOADER_KINDS = ("loader", "collate", "transform")
+
+
+def confirmer(command: list[str]) -> Confirmer:
+    """The session's ``confirm`` callback: diagnose the window, plan the top finding's experiment."""
+
+    def choose(m: Measurements) -> Experiment | Confirmation | None:
+        report = diagnose(m, command, RunOutcome(0, "step_limit"))
+        if not report.findings:
+            return None
+        top = report.findings[0]
+        planned = counterfactual_for(top, m)
+        if isinstance(planned, str):
+            return Confirmation(category=top.category, where=top.where, problem=planned)
+        quads = plan_quads(
+            window_s=sum(d for _, d in m.durations),
+            step_s=report.steps.median_s,
+            expected=top.expected_speedup,
+        )
+        return Experiment(planned, category=top.category, where=top.where, quads=quads)
+
+    return choose
+
+
+def counterfactual_for(finding: Finding, m: Measurements) -> Counterfactual | str:
+    """The installed counterfactual of ``finding``, or why none can be tried (in the report's words)."""
+    if m.step_source == LOOP:
+        return "the steps were a loop's iterations, and a fix tried between them could not be timed apart"
+    if finding.category == DATA and finding.kind != "pool":
+        return _data(finding, m)
+    if finding.category == HOST_OTHER:
+        return _host_call(finding)
+    return f"a {finding.category} fix cannot be tried inside the run without changing what it computes"
+
+
+def _data(finding: Finding, m: Measurements) -> Counterfactual | str:
+    located = _located(finding.where)
+    site = counterfactuals.site_of(*located) if located else None
+    loader_used = bool(m.sources.loaders) and "torch.utils.data.dataloader" in sys.modules
+    in_items = site is not None and site.function in _ITEM_METHODS
+    if loader_used and (finding.kind in _LOADER_KINDS or in_items or site is None or site.function is None):
+        return counterfactuals.replay_loader(Arm())
+    if located is None or site is None:
+        return f"the data work has no line of the user's to replay ({finding.where or 'none found'})"
+    if site.function is None or site.trains:
+        return _reads_at_line(finding, located)
+    if site.nested or not site.returns:
+        return (
+            f"{site.function}() at {finding.where} is not a function that returns batches "
+            "(nested, or returning nothing)"
+        )
+    owner, problem = _function_owner(located[0], site)
+    if owner is None:
+        return problem
+    return counterfactuals.replay_function(Arm(), owner, site.function, f"the batches of {site.function}()")
+
+
+def _reads_at_line(finding: Finding, located: tuple[str, int]) -> Counterfactual | str:
+    """Data read inline in the training loop: the reader's call at that line replays its arrays."""
+    targets: list[tuple[Any, str]] = []
+    if finding.kind == "hdf5" and "h5py" in sys.modules:
+        targets.append((sys.modules["h5py"].Dataset, "__getitem__"))
+    elif finding.kind == "zarr" and "zarr" in sys.modules:
+        targets.append((sys.modules["zarr"].Array, "__getitem__"))
+    elif finding.kind == "disk":
+        targets += [(sys.modules[name], "load") for name in ("numpy", "torch") if name in sys.modules]
+    if not targets:
+        return (
+            f"the data work at {finding.where} is inline in the training loop and its reader "
+            f"({finding.kind or 'unknown'}) returns nothing that can be replayed safely"
+        )
+    reader = {"hdf5": "HDF5 reads", "zarr": "Zarr reads", "disk": "file loads"}[finding.kind]
+    return counterfactuals.replay_at_line(Arm(), targets, *located, f"the {reader} at line {located[1]}")
+
+
+def _host_call(finding: Finding) -> Counterfactual | str:
+    located = _located(finding.where)
+    site = counterfactuals.site_of(*located) if located else None
+    if located is None or site is None or site.call is None:
+        return f"the host work at {finding.where or 'no line'} is not one call whose result goes unused"
+    filename, line = located
+    namespace = counterfactuals.module_namespace(filename)
+    if namespace is None:
+        return f"{filename} is not a loaded module"
+    parts = site.call.split(".")
+    owner: Any
+    if len(parts) == 1:
+        if parts[0] not in namespace and not hasattr(builtins, parts[0]):
+            return f"{site.call}() is not a name of {Path(filename).name}'s globals"
+        owner = namespace  # a global (or a builtin, shadowed in this module only)
+    else:
+        if parts[0] not in namespace:
+            return f"{parts[0]} in {site.call}() is not one of {Path(filename).name}'s globals"
+        owner = namespace[parts[0]]
+        for part in parts[1:-1]:
+            owner = getattr(owner, part, None)
+        if owner is None or not hasattr(owner, parts[-1]):
+            return f"{site.call} cannot be found from {Path(filename).name}'s globals"
+    try:
+        return counterfactuals.skip_call(Arm(), owner, parts[-1], filename, line, f"{site.call}()")
+    except (AttributeError, TypeError) as exc:
+        return f"{site.call} cannot be replaced for the experiment ({exc})"
+
+
+def _function_owner(filename: str, site: Site) -> tuple[Any, str]:
+    namespace = counterfactuals.module_namespace(filename)
+    if namespace is None:
+        return None, f"{filename} is not a loaded module"
+    assert site.function is not None  # the caller checked
+    owner: Any = namespace
+    if site.klass is not None:
+        owner = namespace.get(site.klass)
+        if not isinstance(owner, type):
+            return None, f"class {site.klass} is not one of {Path(filename).name}'s globals"
+    found = owner.get(site.function) if isinstance(owner, dict) else owner.__dict__.get(site.function)
+    code = getattr(found, "__code__", None)
+    if code is None or code.co_firstlineno != site.def_line:
+        return (
+            None,
+            f"{site.function}() is wrapped or redefined, so the function at its line cannot be replaced",
+        )
+    return owner, ""
+
+
+def _located(where: str | None) -> tuple[str, int] | None:
+    if not where or ":" not in where:
+        return None
+    filename, _, line = where.rpartition(":")
+    if not line.isdigit():
+        return None
+    return str(Path(filename).resolve()), int(line)
