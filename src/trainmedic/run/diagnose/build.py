@@ -63,7 +63,7 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     breakdown = _breakdown(costs, total)
     if not total:
         breakdown[COMPUTE] = 1.0  # nothing sampled: no evidence of any waste
-    bottleneck = max(CATEGORIES, key=lambda c: breakdown[c])
+    bottleneck: str | None = max(CATEGORIES, key=lambda c: breakdown[c])
 
     durations = [d for _, d in m.durations]
     if m.outside and not outside.steps_timed(m):
@@ -103,6 +103,8 @@ def diagnose(m: Measurements, command: list[str], run: RunOutcome) -> Report:
     measured = any(f.measured is not None for f in findings)
     if findings:
         bottleneck = findings[0].category  # the biggest lever (findings are ordered by what they buy)
+        if confirmed.refuted(findings[0]):
+            bottleneck = None  # the only finding was tried and bought nothing: no verdict
     close = margin.close_call(
         findings,
         m.per_step,

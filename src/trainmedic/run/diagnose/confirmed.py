@@ -61,9 +61,8 @@ def apply(
     )
     confirmed = dataclasses.replace(finding, measured=measured)
     rest = findings[:index] + findings[index + 1 :]
-    refuted = measured.gain < REFUTED and measured.high < REFUTED_HIGH
     notes = [_tried(confirmed, measured)]
-    if refuted:
+    if refuted(confirmed):
         # Behind every finding that may still buy something: this one was measured not to.
         ranked = sorted(rest, key=lambda f: f.gain, reverse=True) + [confirmed]
         lead = ranked[0] if ranked[0] is not confirmed else None
@@ -73,13 +72,20 @@ def apply(
             + (
                 f"; the step spends its time on {lead.category} ({lead.share:.0%} sampled) instead."
                 if lead is not None
-                else "."
+                else "; nothing else sampled stands out, so the step waits on work the sampler does not "
+                "see (another thread, a worker process, the device), and no bottleneck is named."
             )
         )
         return ranked, notes
     # The others keep their order; the confirmed one goes before the first it buys at least as much as.
     at = next((i for i, f in enumerate(rest) if measured.gain >= f.gain), len(rest))
     return [*rest[:at], confirmed, *rest[at:]], notes
+
+
+def refuted(finding: Finding) -> bool:
+    """Whether the fix was tried and bought almost nothing: the finding is not the step's cost."""
+    m = finding.measured
+    return m is not None and m.gain < REFUTED and m.high < REFUTED_HIGH
 
 
 def _tried(finding: Finding, measured: MeasuredGain) -> str:

@@ -25,6 +25,17 @@ from trainmedic.run.report.model import Finding
 
 #: Where a DataLoader's per-item work runs: replayed at the loader, whatever the method.
 _ITEM_METHODS = ("__getitem__", "__getitems__", "collate_fn", "__call__")
+#: Calls whose skipping changes nothing the step computes: writing, saving, logging. Anything
+#: else that returns nothing may still synchronise (a thread's join, a queue's put), so it is
+#: never skipped.
+SKIPPABLE = frozenset(
+    {
+        "print", "write", "writelines", "flush", "dump", "save", "savez", "savez_compressed",
+        "save_image", "imsave", "imwrite", "savefig", "save_pretrained", "save_checkpoint",
+        "debug", "info", "warning", "warn", "error", "log", "log_metrics", "log_dict",
+        "add_scalar", "add_scalars", "add_image", "add_images", "add_histogram", "add_figure", "add_text",
+    }
+)  # fmt: skip
 #: Kinds whose time is the DataLoader's own machinery, not a function of the user's.
 _LOADER_KINDS = ("loader", "collate", "transform")
 
@@ -104,9 +115,21 @@ def _reads_at_line(finding: Finding, located: tuple[str, int]) -> Counterfactual
 def _host_call(finding: Finding) -> Counterfactual | str:
     located = _located(finding.where)
     site = counterfactuals.site_of(*located) if located else None
+    if located is not None and site is not None and site.call is None and _makes_results(site):
+        # Plain code of the user's in a function that returns what the step uses (a batch built
+        # by hand): its results replayed, as for data.
+        maker, problem = _function_owner(located[0], site)
+        if maker is None:
+            return problem
+        assert site.function is not None  # _makes_results checked
+        return counterfactuals.replay_function(
+            Arm(), maker, site.function, f"the results of {site.function}()"
+        )
     if located is None or site is None or site.call is None:
         return f"the host work at {finding.where or 'no line'} is not one call whose result goes unused"
     filename, line = located
+    if site.call.rpartition(".")[2] not in SKIPPABLE:
+        return f"{site.call}() at {finding.where} may do more than write or log, so it is not skipped"
     namespace = counterfactuals.module_namespace(filename)
     if namespace is None:
         return f"{filename} is not a loaded module"
@@ -128,6 +151,10 @@ def _host_call(finding: Finding) -> Counterfactual | str:
         return counterfactuals.skip_call(Arm(), owner, parts[-1], filename, line, f"{site.call}()")
     except (AttributeError, TypeError) as exc:
         return f"{site.call} cannot be replaced for the experiment ({exc})"
+
+
+def _makes_results(site: Site) -> bool:
+    return site.function is not None and not site.nested and site.returns and not site.trains
 
 
 def _function_owner(filename: str, site: Site) -> tuple[Any, str]:

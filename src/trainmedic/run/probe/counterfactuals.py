@@ -90,8 +90,9 @@ def replay_loader(arm: Arm) -> Counterfactual:
     from torch.utils.data import dataloader
 
     counterfactual = Counterfactual("batches replayed from memory", arm)
-    iterator = dataloader._BaseDataLoaderIter
-    counterfactual.swap(iterator, "_next_data", counterfactual.replaying(iterator._next_data))
+    # Each iterator class has its own _next_data (in the process, or from the workers' queue).
+    for iterator in (dataloader._SingleProcessDataLoaderIter, dataloader._MultiProcessingDataLoaderIter):
+        counterfactual.swap(iterator, "_next_data", counterfactual.replaying(iterator.__dict__["_next_data"]))
     return counterfactual
 
 
