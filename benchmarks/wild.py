@@ -283,10 +283,16 @@ def run_truth(script, tree: Path, args: list[str], timeout: float, device: str =
     }
 
 
-def run_verdict(script, tree: Path, args: list[str], timeout: float, device: str = "cpu") -> dict[str, Any]:
+def run_verdict(
+    script, tree: Path, args: list[str], timeout: float, device: str = "cpu", steps: int | None = None
+) -> dict[str, Any]:
+    """``steps``: a diagnosis-only run of that many steps, which also confirms its top finding."""
     out = tree / "_wild_report.json"
     out.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "trainmedic", "run", "--quiet", "--json", str(out), script.entry, *args]
+    limit = ["--steps", str(steps)] if steps is not None else []
+    command = [
+        sys.executable, "-m", "trainmedic", "run", "--quiet", "--json", str(out), *limit, script.entry, *args
+    ]  # fmt: skip
     started = time.perf_counter()
     try:
         done = subprocess.run(
@@ -325,6 +331,7 @@ def run_verdict(script, tree: Path, args: list[str], timeout: float, device: str
                 "ceiling",
                 "title",
                 "evidence",
+                "measured",
             )
         },
         "where": normalise(top.get("where"), tree, tree / script.cwd),
@@ -381,6 +388,9 @@ def truths(script, variants, measured: dict[str, list[dict[str, Any]]]) -> dict[
     clean = med["clean"]
     out: dict[str, dict[str, Any]] = {}
     model, scaled = model_truth(med)
+    # What replaying batches from memory buys each arm: its step over the data-free arm's (the
+    # truth of a data finding's confirmation, which replays the batches it already made).
+    replay = {arm: m / med["nodata"] for arm, m in med.items() if "nodata" in med}
     if "nodata" in med:
         share = max(0.0, 1 - med["nodata"] / clean)
         base = ["data"] if share >= PITFALL_SHARE else model
@@ -388,6 +398,7 @@ def truths(script, variants, measured: dict[str, list[dict[str, Any]]]) -> dict[
             "categories": decide(share, model, "data"),
             "basis": f"ablation: data share {share:.0%} (data-free arm {med['nodata'] * 1e3:.1f} ms){scaled}",
             "gain": clean / med["nodata"],
+            "replay_gain": replay["clean"],
             "step_ms": clean * 1e3,
         }
     else:
@@ -406,7 +417,14 @@ def truths(script, variants, measured: dict[str, list[dict[str, Any]]]) -> dict[
         wall = statistics.median(r["wall_median_s"] for r in measured[v.name]) / statistics.median(
             r["wall_median_s"] for r in measured["clean"]
         )
-        row = {"gain": gain, "wall_gain": wall, "share": share, "step_ms": m * 1e3, "growth": growth}
+        row = {
+            "gain": gain,
+            "wall_gain": wall,
+            "share": share,
+            "step_ms": m * 1e3,
+            "growth": growth,
+            "replay_gain": replay.get(v.name),
+        }
         if v.truth == "growth":
             cats = ["growth"] if growth >= GROWTH else list(base)
             row["basis"] = f"plain-run growth {growth:.2f}x"
@@ -462,6 +480,7 @@ def run_script(
     device: str = "cpu",
     truth_once: bool = False,
     progress: Callable[[list[dict[str, Any]]], None] = lambda rows: None,
+    confirm_steps: int | None = None,
 ) -> list[dict[str, Any]]:
     """The script's rows; ``progress`` gets what is measured so far after every truth arm and
     every verdict run (rows marked ``"partial"``), so that a harness cut short keeps it."""
@@ -569,7 +588,9 @@ def run_script(
     for rnd in range(repeats):
         for case in cases:
             tree = trees["clean" if case == "as-is" else case]
-            r = run_verdict(script, tree, arm_args["clean" if case == "as-is" else case], timeout, device)
+            r = run_verdict(
+                script, tree, arm_args["clean" if case == "as-is" else case], timeout, device, confirm_steps
+            )
             r["right"] = judge(r, truth[case]["categories"], expected[case])
             runs[case].append(r)
             top = r.get("top") or {}
@@ -597,6 +618,8 @@ def row(script, case, commit, v, arm_args, truth, expected, runs) -> dict[str, A
     """One (script, variant) row of the table, from the verdict runs made so far."""
     rs = runs[case]
     speedups = [r["top"]["expected_speedup"] for r in rs if r.get("top", {}).get("expected_speedup")]
+    measured = [r["top"]["measured"]["gain"] for r in rs if (r.get("top") or {}).get("measured")]
+    estimated = [r["top"]["measured"]["estimated"] for r in rs if (r.get("top") or {}).get("measured")]
     return {
         "script": script.name,
         "variant": case,
@@ -616,6 +639,13 @@ def row(script, case, commit, v, arm_args, truth, expected, runs) -> dict[str, A
         "right": sum(r["right"]["category"] and r["right"]["line"] for r in rs),
         "repeats": len(rs),
         "expected_speedup_median": statistics.median(speedups) if speedups else None,
+        # The confirmation (verdict runs with --confirm-steps): the measured gain of the top
+        # finding's fix, its estimate, and the ablation truth of that fix.
+        "measured_gain_median": statistics.median(measured) if measured else None,
+        "estimated_gain_median": statistics.median(estimated) if estimated else None,
+        "confirmed_category": next(
+            (r["top"]["category"] for r in rs if (r.get("top") or {}).get("measured")), None
+        ),
         "runs": list(rs),
     }
 
@@ -626,7 +656,7 @@ def row(script, case, commit, v, arm_args, truth, expected, runs) -> dict[str, A
 def print_table(rows: list[dict[str, Any]]) -> None:
     header = (
         f"{'script':<20} {'variant':<11} {'truth':<18} {'gain':>6} {'verdicts':<44} "
-        f"{'agree':>5} {'line':>5} {'exp x':>6}"
+        f"{'agree':>5} {'line':>5} {'exp x':>6} {'meas x':>6} {'fix x':>6}"
     )
     print("\n" + header)
     print("-" * len(header))
@@ -640,11 +670,24 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         t = r["truth"]
         gain = f"{t['gain']:.2f}" if t.get("gain") else "-"
         exp = f"{r['expected_speedup_median']:.2f}" if r["expected_speedup_median"] else "-"
+        measured = r.get("measured_gain_median")
+        fix = confirmation_truth(r)
         print(
             f"{r['script']:<20} {r['variant']:<11} {'|'.join(t['categories']):<18} {gain:>6} "
             f"{' '.join(r['verdicts']):<44} {r['agreement']}/{r['repeats']:<3} {r['line_right']}/{r['repeats']:<3} "
-            f"{exp:>6}"
+            f"{exp:>6} {f'{measured:.2f}' if measured else '-':>6} {f'{fix:.2f}' if fix else '-':>6}"
         )
+
+
+def confirmation_truth(r: dict[str, Any]) -> float | None:
+    """The ablation truth of what the confirmed fix buys: batches from memory for a data
+    finding (the arm over the data-free one), the pitfall removed for a host call."""
+    category = r.get("confirmed_category")
+    if category == "data":
+        return r["truth"].get("replay_gain")
+    if category == "host_other" and r["variant"] != "as-is":
+        return r["truth"].get("gain")
+    return None
 
 
 def select(only: list[str] | None, device: str = "cpu"):
@@ -736,6 +779,13 @@ def main(argv: list[str] | None = None) -> int:
         "--export-trees", type=Path, metavar="DIR", help="write the chosen scripts' trees; run nothing"
     )
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument(
+        "--confirm-steps",
+        type=int,
+        metavar="N",
+        help="verdict runs stop after N steps and confirm their top finding (its measured gain beside "
+        "the ablation truth of that fix); default: full runs",
+    )
     args = parser.parse_args(argv)
 
     chosen = select(args.only, args.device)
@@ -776,6 +826,7 @@ def main(argv: list[str] | None = None) -> int:
             "device": args.device,
             **({"gpu": gpu} if gpu else {}),
             "repeats": args.repeats,
+            "confirm_steps": args.confirm_steps,
             "truth_runs_per_arm": 1 if args.truth_once else 2,
             "omp_num_threads": 1 if args.device == "cpu" else os.environ.get("OMP_NUM_THREADS"),
             "rules": {"growth": GROWTH, "pitfall_share": PITFALL_SHARE, "close_share": CLOSE_SHARE},
@@ -807,6 +858,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.device,
                     args.truth_once,
                     progress,
+                    args.confirm_steps,
                 )
             except Exception as exc:  # noqa: BLE001 - one broken script must not lose the others
                 print(f"   {script.name}: {type(exc).__name__}: {exc}", flush=True)

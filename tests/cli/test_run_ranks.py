@@ -60,13 +60,26 @@ if os.environ["RANK"] == "1" and os.environ.get("CRASH_AT_EXIT"): import atexit;
 """
 
 
-def _job(cwd: Path, slow: str, crash_at_exit: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
+def _job(
+    cwd: Path, slow: str, crash_at_exit: bool = False, steps: int | None = None
+) -> tuple[subprocess.CompletedProcess, dict]:
     (cwd / "job.py").write_text(JOB.lstrip())
     env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1", "SLOW": slow}
     if crash_at_exit:
         env["CRASH_AT_EXIT"] = "1"
     result = run_trainmedic(
-        ["run", "--nproc", "2", "--json", "report.json", "job.py"], cwd=cwd, env=env, timeout=180
+        [
+            "run",
+            "--nproc",
+            "2",
+            *(["--steps", str(steps)] if steps else []),
+            "--json",
+            "report.json",
+            "job.py",
+        ],
+        cwd=cwd,
+        env=env,
+        timeout=180,
     )
     return result, json.loads((cwd / "report.json").read_text())
 
@@ -99,6 +112,16 @@ def test_a_planted_slow_rank_is_named_the_straggler_with_its_cause_and_line(requ
     assert "rank 1 is the straggler" in result.stderr and "Ranks (per steady-state step)" in result.stderr
     # One report for the job: the ranks themselves stay quiet.
     assert result.stderr.count("trainmedic report") == 1
+
+
+def test_a_diagnosis_only_job_on_ranks_keeps_its_estimates_and_says_why(tm):
+    result, report = _job(tm.cwd, "data", steps=12)
+    assert result.returncode == 0, result.stderr
+    assert all(f.get("measured") is None for f in report["findings"])
+    assert any(
+        "torchrun job would all have to switch between the arms at the same step" in note
+        for note in report["notes"]
+    ), report["notes"]
 
 
 def test_a_rank_that_raises_is_named_and_the_report_still_written(tm):

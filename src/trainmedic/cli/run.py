@@ -17,6 +17,7 @@ from trainmedic.errors import ScriptError
 from trainmedic.run.diagnose import diagnose
 from trainmedic.run.diagnose.counterfactual import confirmer
 from trainmedic.run.probe import runner
+from trainmedic.run.probe.confirm import Confirmation
 from trainmedic.run.probe.ranks import RankIdentity
 from trainmedic.run.probe.runner import StopSignals, Terminated
 from trainmedic.run.probe.session import Measurements, WatchSession
@@ -60,8 +61,9 @@ def run_target(options: RunOptions, console: Console) -> int:
 def _watch(options: RunOptions, signals: StopSignals) -> tuple[Report, Measurements]:
     """Run the script under a watch session and diagnose it."""
     command = (["-m", options.target] if options.module else [options.target]) + options.args
-    # torchrun ranks would have to switch arms at the same step: not yet, so ranks estimate.
-    confirm = confirmer(command) if options.confirm and RankIdentity.from_env() is None else None
+    confirm = None
+    if options.confirm:
+        confirm = confirmer(command) if RankIdentity.from_env() is None else across_ranks
     session = WatchSession(
         warmup=options.warmup,
         max_steps=options.steps,
@@ -101,6 +103,16 @@ def _watch(options: RunOptions, signals: StopSignals) -> tuple[Report, Measureme
     report = diagnose(measurements, command, outcome)
     sys.stdout.flush()
     return report, measurements
+
+
+def across_ranks(m: Measurements) -> Confirmation:
+    """Under torchrun: no confirmation, and the report says why."""
+    return Confirmation(
+        category="",
+        where=None,
+        problem="the ranks of a torchrun job would all have to switch between the arms at the same step, "
+        "which this version does not do, so each rank keeps its estimate",
+    )
 
 
 def emit(
