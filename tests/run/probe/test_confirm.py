@@ -50,6 +50,17 @@ def test_a_run_that_ends_mid_experiment_is_not_a_measurement_and_the_fix_comes_o
     assert experiment.finish() is result  # once only
 
 
+def test_a_run_that_ends_after_a_pair_of_blocks_is_a_shorter_measurement():
+    experiment, counterfactual, _ = _experiment()
+    for _ in range(2 * confirm.BLOCK + 1):  # as-is block, fixed block, one step of the next
+        counterfactual.used += counterfactual.arm.fixed
+        experiment.step(0.01 if counterfactual.arm.fixed else 0.02)
+    result = experiment.finish()
+    assert result.measured and result.problem is None
+    assert (result.blocks, result.planned_blocks) == (2, 4)
+    assert result.pair_gains == [2.0] and len(result.as_is) == len(result.fixed) == 2
+
+
 def test_a_change_that_never_took_effect_measures_nothing():
     experiment, counterfactual, _ = _experiment()
     while not experiment.step(0.02):

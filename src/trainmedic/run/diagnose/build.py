@@ -338,8 +338,13 @@ def _findings(
             resolve.device_evidence(category, intensity.judge(m.op_costs, m.device), m.sync_waits, n_steps)
         )
         if grows:
+            # The run's own trend is a growth finding's evidence (no fix is tried for it): how
+            # steadily it rose says how well a trend explains the steps.
+            series = [c for _, c in m.cpu_durations] if rising.measure == "CPU time per step" else durations
             evidence.append(
-                f"{rising.measure} grew {rising.ratio:.2f}x from the first to the last quarter of the run"
+                f"{rising.measure} grew {rising.ratio:.2f}x from the first to the last quarter of the run "
+                f"(Kendall's tau {steps.rank_correlation(series):.2f} between step order and {rising.measure}; "
+                "1 is a step slower than every one before it)"
             )
         findings.append(
             Finding(

@@ -61,7 +61,15 @@ def apply(
     )
     confirmed = dataclasses.replace(finding, measured=measured)
     rest = findings[:index] + findings[index + 1 :]
-    notes = [_tried(confirmed, measured)]
+    cut = (
+        f" The script ended after {confirmation.blocks} of its {confirmation.planned_blocks} blocks."
+        if confirmation.blocks < confirmation.planned_blocks
+        else ""
+    )
+    notes = [
+        _tried(confirmed, measured)
+        + f" The confirmation took {format_seconds(confirmation.seconds)} after the window.{cut}"
+    ]
     if refuted(confirmed):
         # Behind every finding that may still buy something: this one was measured not to.
         ranked = sorted(rest, key=lambda f: f.gain, reverse=True) + [confirmed]

@@ -65,7 +65,9 @@ def counterfactual_for(finding: Finding, m: Measurements) -> Counterfactual | st
     """The installed counterfactual of ``finding``, or why none can be tried (in the report's words)."""
     if m.step_source == LOOP:
         return "the steps were a loop's iterations, and a fix tried between them could not be timed apart"
-    if finding.category == DATA and finding.kind != "pool":
+    if finding.kind == "pool" or "grew" in finding.evidence:
+        return "a step that grows is evidenced by the run's own trend (in the finding's evidence), not by a fix tried"
+    if finding.category == DATA:
         return _data(finding, m)
     if finding.category == HOST_OTHER:
         return _host_call(finding)

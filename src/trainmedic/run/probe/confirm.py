@@ -48,6 +48,10 @@ class Confirmation:
     problem: str | None = None
     #: Wall seconds the whole experiment took, transitions included.
     seconds: float = 0.0
+    #: Blocks run to the end, of those planned: fewer when the script ended first (its own
+    #: last step); a pair of blocks is still a measurement.
+    blocks: int = 0
+    planned_blocks: int = 0
 
     @property
     def measured(self) -> bool:
@@ -112,12 +116,14 @@ class Experiment:
         pairs = []
         # Each as-is block with the fixed block beside it: A1-B1 and B2-A2 in each quad.
         for start in range(0, len(self.blocks), 2):
-            a, b = self._durations[start], self._durations[start + 1] if start + 1 < len(self.blocks) else []
+            if start + 1 >= self._block:
+                break  # a pair only of blocks run to their end
+            a, b = self._durations[start], self._durations[start + 1]
             if a and b:
                 first_fixed = self.blocks[start]
                 as_is_block, fixed_block = (b, a) if first_fixed else (a, b)
                 pairs.append(statistics.median(as_is_block) / statistics.median(fixed_block))
-        if problem is None and self._block < len(self.blocks):
+        if problem is None and not pairs:
             problem = f"the run ended after {self._block} of {len(self.blocks)} blocks of the confirmation"
         if problem is None and not self.counterfactual.used:
             problem = f"the change ({self.counterfactual.change}) never took effect: the code it changes did not run"
@@ -131,5 +137,7 @@ class Experiment:
             used=self.counterfactual.used,
             problem=problem,
             seconds=self._elapsed,
+            blocks=self._block,
+            planned_blocks=len(self.blocks),
         )
         return self.result
