@@ -220,7 +220,15 @@ class WatchSession:
         """--steps N reached: measure the window as stop() would, then try the top finding's fix."""
         assert self._confirm is not None  # on_limit is only set with a confirmer
         self._window = self._measure_window(time.perf_counter())
-        planned = self._confirm(self._window)
+        try:
+            planned = self._confirm(self._window)
+        except Exception as exc:  # noqa: BLE001 - on the user's training thread: a failure here must not end the run
+            self.confirmation = Confirmation(
+                category="",
+                where=None,
+                problem=f"the confirmation could not be set up ({type(exc).__name__}: {exc})",
+            )
+            return None
         if isinstance(planned, Confirmation):
             self.confirmation = planned
             return None
