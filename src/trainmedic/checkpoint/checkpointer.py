@@ -339,6 +339,15 @@ class Checkpointer:
             # What cannot resume at another world size (ranks.py); empty in a 1-process run.
             "sharded": sorted(name for name, obj in objects.items() if ranks_mod.sharded(obj)),
         }
+        # A process killed between publishing a checkpoint and deleting the oldest left one too
+        # many: trimmed to keep_last first, so that a directory never holds more than keep_last + 1
+        # complete checkpoints, however often saves are killed at that point.
+        entries = store.list_entries(self.directory)
+        store.remove(
+            e.path
+            for e in entries
+            if e.path not in store.to_keep([e for e in entries if e.path not in self._bad], self.keep_last)
+        )
         written = store.write_checkpoint(self.directory, self._seq, step, payloads, header)
         self._seq = written.manifest["seq"] + 1
         self._phases = phases
