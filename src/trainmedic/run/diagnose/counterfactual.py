@@ -1,9 +1,10 @@
 """Which fix a confirmation tries: the top finding's counterfactual, or why there is none.
 
 Only fixes that cannot change what the run computes beyond its data are tried: batches replayed
-from memory (a DataLoader's, or the user's batch-making function's), and a per-step host call
-that returns nothing (a save, a print, a log line) skipped at its line. Anything else (the
-model, tiny ops, syncs, copies, a growing pool) keeps its estimate, and the report says so.
+from memory (a DataLoader's, the user's batch-making function's, an inline reader's at its
+line), and a per-step write, save or log call skipped at its line. Anything else (the model,
+tiny ops, syncs, copies, a growing pool, a loop-counted step) keeps its estimate, and the report
+says why.
 """
 
 from __future__ import annotations
