@@ -13,10 +13,10 @@ from trainmedic.categories import DATA
 from trainmedic.cli.output import USAGE, output_problem
 from trainmedic.cli.run import emit
 from trainmedic.cli.run_options import RunOptions
-from trainmedic.run.diagnose import diagnose
+from trainmedic.run.diagnose import confirmed, diagnose
 from trainmedic.run.diagnose.counterfactual import confirmer
-from trainmedic.run.probe import runner
-from trainmedic.run.probe.session import WatchSession
+from trainmedic.run.probe import confirm, runner
+from trainmedic.run.probe.session import DEFAULT_WARMUP, WatchSession
 from trainmedic.run.report.model import Report
 
 
@@ -34,9 +34,9 @@ def run_demo(steps: int, json_path: Path | None, html_path: Path | None, console
             console.print(f"trainmedic demo: writing a 20,000-row SQLite dataset to {folder}", markup=False)
             db = demo.make_dataset(Path(folder) / "signals.db")
             script = demo.copy_script(Path(folder))
-            # Room for the warm-up and for the confirmation after the window (at most 4 quads of
-            # 12 steps): the watch stops the starved loop itself after it.
-            loop_steps = steps + 3 + 60
+            # Room for the warm-up, the confirmation after the window and the first marked step
+            # (12 to spare): the watch stops the starved loop itself after the confirmation.
+            loop_steps = steps + DEFAULT_WARMUP + confirm.MAX_STEPS + 12
             args = ["--db", str(db), "--steps", str(loop_steps), "--batch-size", str(demo.BATCH_SIZE)]
             console.print(
                 f"trainmedic demo: running {script.name} under trainmedic run (one database query per batch)",
@@ -81,6 +81,7 @@ def _watch(script: str, args: list[str], confirm_after: int | None) -> Report:
         outcome = runner.run(script, args)
     finally:
         measurements = session.stop()
+    outcome = confirmed.settle(outcome, measurements, cut_short=session.confirmation_cut_short)
     return diagnose(measurements, command, outcome)
 
 

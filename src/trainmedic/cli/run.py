@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -14,7 +13,7 @@ from trainmedic.cli import run_ranks
 from trainmedic.cli.output import USAGE, output_problem
 from trainmedic.cli.run_options import RunOptions
 from trainmedic.errors import ScriptError
-from trainmedic.run.diagnose import diagnose
+from trainmedic.run.diagnose import confirmed, diagnose
 from trainmedic.run.diagnose.counterfactual import confirmer
 from trainmedic.run.probe import runner
 from trainmedic.run.probe.confirm import Confirmation
@@ -83,20 +82,7 @@ def _watch(options: RunOptions, signals: StopSignals) -> tuple[Report, Measureme
         outcome = runner.interrupted(stop)
     finally:
         measurements = session.stop()
-    confirmation = measurements.confirmation
-    if (
-        session.confirmation_cut_short
-        and confirmation is not None
-        and outcome.outcome in ("exception", "exit")
-    ):
-        # The fix tried for the confirmation (replayed batches, a skipped call) broke the script:
-        # the window's diagnosis stands, and the gain stays an estimate.
-        measurements.confirmation = dataclasses.replace(
-            confirmation, problem=f"the script failed while the confirmation ran ({outcome.message})"
-        )
-        outcome = runner.RunOutcome(
-            0, "step_limit", f"stopped after {options.steps} steady-state steps (--steps)"
-        )
+    outcome = confirmed.settle(outcome, measurements, cut_short=session.confirmation_cut_short)
     if outcome.traceback:
         sys.stderr.write(outcome.traceback)
         sys.stderr.flush()

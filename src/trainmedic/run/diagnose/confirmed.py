@@ -12,6 +12,8 @@ import dataclasses
 import statistics
 
 from trainmedic.run.probe.confirm import Confirmation
+from trainmedic.run.probe.runner import RunOutcome
+from trainmedic.run.probe.session import Measurements
 from trainmedic.run.report.model import Finding, MeasuredGain
 from trainmedic.units import format_seconds
 
@@ -88,6 +90,19 @@ def apply(
     # The others keep their order; the confirmed one goes before the first it buys at least as much as.
     at = next((i for i, f in enumerate(rest) if measured.gain >= f.gain), len(rest))
     return [*rest[:at], confirmed, *rest[at:]], notes
+
+
+def settle(outcome: RunOutcome, m: Measurements, *, cut_short: bool) -> RunOutcome:
+    """How the run ended, once the confirmation is accounted for. A script that failed while the
+    confirmation's fix was in (replayed batches, a skipped call) failed on the fix, not on its
+    own: the window's diagnosis stands, its gain stays an estimate, and the run stopped at its
+    --steps as asked. ``m.confirmation`` then says why."""
+    if not cut_short or m.confirmation is None or outcome.outcome not in ("exception", "exit"):
+        return outcome
+    m.confirmation = dataclasses.replace(
+        m.confirmation, problem=f"the script failed while the confirmation ran ({outcome.message})"
+    )
+    return RunOutcome(0, "step_limit", f"stopped after {m.max_steps} steady-state steps (--steps)")
 
 
 def refuted(finding: Finding) -> bool:

@@ -26,6 +26,10 @@ BLOCK = 3
 MAX_QUADS = 4
 #: The confirmation may add at most this share of the window's time.
 BUDGET = 0.2
+#: The order of the arms over one quad of blocks: as-is, fixed, fixed, as-is.
+PATTERN = (False, True, True, False)
+#: The most steps a confirmation runs.
+MAX_STEPS = MAX_QUADS * len(PATTERN) * BLOCK
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,8 +78,7 @@ def plan_quads(*, window_s: float, step_s: float, expected: float) -> int:
 class Experiment:
     """Drives the arms step by step (the step clock calls :meth:`step` once a step)."""
 
-    #: The order of the arms over one quad of blocks: as-is, fixed, fixed, as-is.
-    PATTERN = (False, True, True, False)
+    PATTERN = PATTERN
 
     def __init__(
         self, counterfactual: Counterfactual, *, category: str, where: str | None, quads: int

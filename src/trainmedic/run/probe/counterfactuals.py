@@ -44,8 +44,6 @@ class Counterfactual:
     change: str
     arm: Arm
     _undo: list[Callable[[], None]] = field(default_factory=list)
-    #: Results recorded in the as-is arm, replayed in the fixed one.
-    recorded: list[Any] = field(default_factory=list)
     #: How often the fixed arm used the change (a replay, a skipped call): zero means the
     #: change never took effect and the arms measured the same code.
     used: int = 0
@@ -53,24 +51,6 @@ class Counterfactual:
     def remove(self) -> None:
         while self._undo:
             self._undo.pop()()
-        self.recorded.clear()
-
-    def replaying(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``original``, recording its results as-is and replaying them in the fixed arm."""
-        counterfactual = self
-
-        def replayed(*args: Any, **kwargs: Any) -> Any:
-            recorded = counterfactual.recorded
-            if counterfactual.arm.fixed and recorded:
-                counterfactual.used += 1
-                return recorded[counterfactual.used % len(recorded)]
-            result = original(*args, **kwargs)
-            if len(recorded) < REPLAY_DEPTH:
-                recorded.append(result)
-            return result
-
-        replayed.__wrapped__ = original  # type: ignore[attr-defined]
-        return replayed
 
     def swap(self, owner: Any, name: str, value: Any) -> None:
         """Set ``owner.name`` to ``value`` until :meth:`remove` puts back what was there."""
@@ -92,25 +72,21 @@ def replay_loader(arm: Arm) -> Counterfactual:
     counterfactual = Counterfactual("batches replayed from memory", arm)
     # Each iterator class has its own _next_data (in the process, or from the workers' queue).
     for iterator in (dataloader._SingleProcessDataLoaderIter, dataloader._MultiProcessingDataLoaderIter):
-        counterfactual.swap(iterator, "_next_data", counterfactual.replaying(iterator.__dict__["_next_data"]))
+        _wrap(counterfactual, iterator, "_next_data", at=None, replay=True)
     return counterfactual
 
 
 def replay_function(arm: Arm, owner: Any, name: str, describe: str) -> Counterfactual:
     """``owner.name`` (a module's function, or a class's method) replays what it returned."""
     counterfactual = Counterfactual(f"{describe} replayed from memory", arm)
-    if isinstance(owner, dict):
-        original = owner[name]
-    else:
-        original = owner.__dict__[name]
-    counterfactual.swap(owner, name, counterfactual.replaying(original))
+    _wrap(counterfactual, owner, name, at=None, replay=True)
     return counterfactual
 
 
 def skip_call(arm: Arm, owner: Any, name: str, filename: str, line: int, describe: str) -> Counterfactual:
     """``owner.name`` called from ``filename:line`` does nothing in the fixed arm."""
     counterfactual = Counterfactual(f"{describe} at line {line} skipped", arm)
-    _at_line(counterfactual, owner, name, _LineCheck(filename, line), replay=False)
+    _wrap(counterfactual, owner, name, at=_LineCheck(filename, line), replay=False)
     return counterfactual
 
 
@@ -122,7 +98,8 @@ def replay_at_line(
     counterfactual = Counterfactual(f"{describe} replayed from memory", arm)
     check = _LineCheck(filename, line)
     for owner, name in targets:
-        _at_line(counterfactual, owner, name, check, replay=True)
+        # Per receiver: f["x"][idx] and f["y"][idx] on one line read two datasets.
+        _wrap(counterfactual, owner, name, at=check, replay=True, per_receiver=isinstance(owner, type))
     return counterfactual
 
 
@@ -152,21 +129,28 @@ class _LineCheck:
         return self._same[compiled]
 
 
-def _at_line(
-    counterfactual: Counterfactual, owner: Any, name: str, check: _LineCheck, *, replay: bool
+def _wrap(
+    counterfactual: Counterfactual,
+    owner: Any,
+    name: str,
+    *,
+    at: _LineCheck | None,
+    replay: bool,
+    per_receiver: bool = False,
 ) -> None:
+    """Put the change around ``owner.name``: in the fixed arm, a call (from ``at``'s line only,
+    where given) replays a result the as-is arm recorded, or does nothing without ``replay``.
+
+    Results are kept in call order, per receiver with ``per_receiver``; a replay cycles through
+    them from the first, so calls that alternate within a step stay aligned."""
     original = owner[name] if isinstance(owner, dict) else getattr(owner, name)
-    method = isinstance(owner, type)
-    # Results kept per receiver for a method (f["x"][idx] and f["y"][idx] on one line read two
-    # datasets: each replays its own), in call order for a function; a replay cycles through them
-    # from the first, so calls that alternate within a step stay aligned.
     streams: dict[Any, list[Any]] = {}
     cursors: dict[Any, int] = {}
 
-    def at_line(*args: Any, **kwargs: Any) -> Any:
-        if not check(sys._getframe(1)):
+    def changed(*args: Any, **kwargs: Any) -> Any:
+        if at is not None and not at(sys._getframe(1)):
             return original(*args, **kwargs)
-        key = _receiver(args[0]) if method and args else 0
+        key = _receiver(args[0]) if per_receiver and args else 0
         recorded = streams.setdefault(key, [])
         if counterfactual.arm.fixed and (recorded or not replay):
             counterfactual.used += 1
@@ -181,10 +165,10 @@ def _at_line(
             recorded.append(result)
         return result
 
+    changed.__wrapped__ = original  # type: ignore[attr-defined]
+    counterfactual.swap(owner, name, changed)
     # remove() drops the kept results with the rest of the change.
     counterfactual._undo.append(streams.clear)
-    at_line.__wrapped__ = original  # type: ignore[attr-defined]
-    counterfactual.swap(owner, name, at_line)
 
 
 # -- finding what to change, from the user's source ---------------------------------------------
