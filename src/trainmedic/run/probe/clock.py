@@ -71,7 +71,6 @@ class StepClock:
         #: Those steps are timed for it alone: the window's durations stay as they were.
         self.on_limit: Callable[[], Callable[[float], bool] | None] | None = None
         self.overtime: Callable[[float], bool] | None = None
-        self._limit_seen = False
 
     @property
     def steady_from(self) -> int:
@@ -111,9 +110,9 @@ class StepClock:
         for listener in self.listeners:
             listener(self.index)
         if self.max_steps is not None and self.index - self.steady_from >= self.max_steps:
-            if self.on_limit is not None and not self._limit_seen:
-                self._limit_seen = True
-                self.overtime = self.on_limit()
+            if self.on_limit is not None:
+                on_limit, self.on_limit = self.on_limit, None  # once
+                self.overtime = on_limit()
                 if self.overtime is not None:
                     # What on_limit took (a first diagnosis) is nobody's step.
                     self.last_boundary_t, self.last_cpu_t = time.perf_counter(), time.process_time()
