@@ -197,7 +197,10 @@ def lint(
     force_exclude: bool = typer.Option(False, "--force-exclude", help="Also exclude files named here."),
     list_rules: bool = typer.Option(False, "--list-rules", help="List every rule and exit."),
 ) -> None:
-    """Find training-code pitfalls (TM1xx) without running the code: path:line:col: CODE message.
+    """Find training-code pitfalls without running the code: path:line:col: CODE message.
+
+    TM1xx: time a step loses; TM2xx: training that is silently wrong or leaks memory; TM3xx: calls
+    that are unsafe, deprecated or about to change.
 
     Exit code 0 when clean, 1 with findings (or a file that cannot be parsed), 2 on usage errors.
     Silence one line with `# noqa: TM107`; settings in pyproject.toml's [tool.trainmedic.lint].
