@@ -56,25 +56,51 @@ def rule_page(rule: Rule) -> str:
     )
 
 
+#: The code's first digit says what a rule's finding costs.
+FAMILIES = (
+    (
+        "TM1",
+        "Time a step loses",
+        "The step waits on the host, on the disk or on the device for work it need not do.",
+    ),
+    (
+        "TM2",
+        "Training that is silently wrong, or leaks memory",
+        "The run finishes, but it trained on the wrong thing, or its memory grows until it dies.",
+    ),
+    (
+        "TM3",
+        "Calls that are unsafe, deprecated or about to change",
+        "The code works today on one torch version and behaves differently, or stops, on another.",
+    ),
+)
+
+
 def index_page(rules: tuple[Rule, ...]) -> str:
-    rows = [
-        f"| [{rule.code}]({rule.code}.md) | {rule.name} | {_cell(rule.summary)} | "
-        f"{'yes' if rule.fixer is not None else '—'} |"
-        for rule in rules
+    lines = [
+        "# Lint rules",
+        "",
+        "Every rule `trainmedic lint` checks, with what it finds and whether `--fix` repairs it. "
+        "Each page is the rule's own card, as `trainmedic lint --explain CODE` prints it.",
+        "",
     ]
-    return "\n".join(
-        [
-            "# Lint rules",
+    for prefix, title, what in FAMILIES:
+        lines += [
+            f"## {prefix}xx: {title}",
             "",
-            "Every rule `trainmedic lint` checks, with what it finds and whether `--fix` repairs it. "
-            "Each page is the rule's own card, as `trainmedic lint --explain CODE` prints it.",
+            what,
             "",
             "| code | name | finds | `--fix` |",
             "|---|---|---|---|",
-            *rows,
-            "",
         ]
-    )
+        lines += [
+            f"| [{rule.code}]({rule.code}.md) | {rule.name} | {_cell(rule.summary)} | "
+            f"{'yes' if rule.fixer is not None else '—'} |"
+            for rule in rules
+            if rule.code.startswith(prefix)
+        ]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _cell(text: str) -> str:
